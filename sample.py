@@ -1,0 +1,70 @@
+"""
+Sample from a trained tied-depth model, optionally at another depth or showing each token's depth:
+$ python sample.py --out_dir=out-smoke --start="ROMEO:" --n_loops=8 --show_depth=True
+"""
+import os
+from contextlib import nullcontext
+import torch
+from model import load_checkpoint
+from prepare import get_tokenizer
+
+out_dir = 'out'
+start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
+num_samples = 3
+max_new_tokens = 200
+temperature = 0.8
+top_k = 200  # 0 = off
+top_p = 1.0  # nucleus sampling; 1.0 = off
+repetition_penalty = 1.0
+n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
+exit_at = ''  # post-hoc per-token exit: '' (off), 'maxprob:0.9' or 'resid:0.05'
+show_depth = False  # colour each generated token by its loop depth (ACT gate, or exit_at)
+block_size = 0  # context window; 0 = the model's
+seed = 1337
+device = ''  # '' = cuda if available, else cpu
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+# -----------------------------------------------------------------------------
+
+device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
+torch.manual_seed(seed)
+model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
+model.eval()
+if block_size > model.config.block_size:
+    raise ValueError(f"block_size={block_size} is larger than the model's {model.config.block_size}: use at most that")
+model.config.block_size = block_size or model.config.block_size  # generate() crops the context to this
+encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
+if start.startswith('FILE:'):
+    if not os.path.isfile(start[5:]):
+        raise FileNotFoundError(f"prompt file {start[5:]} not found (--start=FILE:path reads the prompt from path)")
+    with open(start[5:], encoding='utf-8') as f:
+        start = f.read()
+ids = encode(start)
+if not ids:
+    raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' or --start=FILE:prompt.txt")
+x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
+exit_policy = None
+if exit_at:
+    kind, _, t = exit_at.partition(':')
+    try:
+        exit_policy = (kind, float(t))
+    except ValueError:
+        raise ValueError(f"exit_at={exit_at!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', e.g. 'maxprob:0.9'") from None
+max_depth = sum(model.depths(n_loops))
+palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
+
+def paint(text, depth):
+    """The seed's depth map in a terminal: a background from blue (1 loop) to red (the maximum)."""
+    colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
+    return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
+
+if show_depth:
+    print("loop depth: " + " ".join(paint(f" {d} ", d) for d in sorted({1, (1 + max_depth) // 2, max_depth})))
+with torch.no_grad(), ctx:
+    for _ in range(num_samples):
+        y, depth = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k or None, top_p=top_p,
+                                  repetition_penalty=repetition_penalty, n_loops=n_loops, exit=exit_policy, return_depth=True)
+        new = y[0, x.size(1):].tolist()
+        body = "".join(paint(decode([t]), d) for t, d in zip(new, depth[0].tolist())) if show_depth else decode(new)
+        print(decode(x[0].tolist()) + body)
+        print('---------------')

@@ -1,0 +1,240 @@
+"""
+Train a tied-depth GPT. On one CPU or GPU:
+$ python train.py config/smoke.py
+With DDP on one machine (nccl on CUDA, gloo on CPU):
+$ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py
+Resume an interrupted run: add --init_from=resume (the architecture comes from the checkpoint).
+"""
+import os
+import math
+import time
+import signal
+from contextlib import nullcontext
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from model import GPTConfig, GPT, load_checkpoint, model_args
+from prepare import load_meta, load_tokens
+
+# -----------------------------------------------------------------------------
+# default config: the paper's 7M single-depth sandwich (v3) on the topics data
+out_dir = 'out'
+eval_interval = 500
+log_interval = 10
+eval_iters = 20
+eval_only = False
+always_save_checkpoint = True
+init_from = 'scratch'  # 'scratch' or 'resume'
+dataset = 'topics'
+gradient_accumulation_steps = 1  # global: divided among DDP processes
+batch_size = 32
+block_size = 256
+# model (GPTConfig fields; vocab_size comes from the dataset's meta.json)
+n_embd = 128
+n_head = 4
+n_prelude = 2
+loops = (30,)
+n_coda = 2
+alpha_init = 0.1
+phantom = False
+phantom_steps = 1
+supervise = ()
+act = False
+halt_penalty = 0.01
+dropout = 0.0
+bias = False
+# AdamW and the learning-rate schedule
+learning_rate = 1e-3
+max_iters = 39695
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.95
+grad_clip = 1.0
+decay_lr = True
+warmup_iters = 1000
+lr_decay_iters = 39695
+min_lr = 1e-4
+# system
+backend = ''  # '' = nccl on CUDA, gloo on CPU
+device = ''   # '' = cuda if available, else cpu
+dtype = ''    # '' = bfloat16 on CUDA, float32 on CPU (bf16 matmuls are very slow on CPUs)
+compile = False
+seed = 1337
+# -----------------------------------------------------------------------------
+config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+config = {k: globals()[k] for k in config_keys}
+# -----------------------------------------------------------------------------
+
+ddp = int(os.environ.get('RANK', -1)) != -1  # started by torchrun?
+device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+rank, world = 0, 1
+if ddp:
+    dist.init_process_group(backend=backend or ('nccl' if 'cuda' in device else 'gloo'))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if 'cuda' in device:
+        device = f'cuda:{os.environ["LOCAL_RANK"]}'
+        torch.cuda.set_device(device)
+    if gradient_accumulation_steps % world:
+        raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of the {world} processes")
+    gradient_accumulation_steps //= world
+master = rank == 0  # only rank 0 logs and writes checkpoints
+device_type = 'cuda' if 'cuda' in device else 'cpu'
+dtype = dtype or ('bfloat16' if device_type == 'cuda' else 'float32')
+if dtype not in ('float32', 'bfloat16'):
+    raise ValueError(f"dtype={dtype!r}: use 'bfloat16' (CUDA) or 'float32'")
+ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
+torch.manual_seed(seed + rank)
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
+
+# data: every rank draws the same global batch positions from one seeded generator and takes its share,
+# so N processes see exactly the batch one process would, and the stream can be saved and restored
+data_dir = os.path.join('data', dataset)
+meta = load_meta(data_dir)
+ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+gen = torch.Generator().manual_seed(seed)
+
+# model
+iter_num, best_val_loss = 0, float('inf')
+if init_from == 'scratch':
+    gptconf = GPTConfig(**{k: globals()[k] for k in model_args(GPTConfig()) if k != 'vocab_size'}, vocab_size=meta['vocab_size'])
+    model = GPT(gptconf).to(device)
+elif init_from == 'resume':
+    print(f"resuming from {ckpt_path}")
+    model, ckpt = load_checkpoint(ckpt_path, device)
+    gptconf, block_size = model.config, model.config.block_size
+    if gptconf.vocab_size != meta['vocab_size']:
+        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the checkpoint has {gptconf.vocab_size}: use the checkpoint's dataset (--dataset={ckpt['config']['dataset']})")
+    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+else:
+    raise ValueError(f"init_from={init_from!r}: use 'scratch' or 'resume'")
+if block_size > gptconf.block_size:
+    raise ValueError(f"block_size={block_size} is larger than the model's {gptconf.block_size}")
+train_data, val_data = load_tokens(data_dir, 'train'), load_tokens(data_dir, 'val')
+for name, d in (('train', train_data), ('val', val_data)):
+    if len(d) <= block_size + 1:
+        raise ValueError(f"{data_dir}/{name}.bin has {len(d)} tokens, fewer than one block of {block_size + 1}: lower --block_size or prepare more data")
+raw_model = model
+optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
+if init_from == 'resume':  # restore everything a step depends on, so the resumed run is bitwise the same
+    optimizer.load_state_dict(ckpt['optimizer'])
+    torch.set_rng_state(ckpt['rng']['torch'].cpu())
+    gen.set_state(ckpt['rng']['data'].cpu())
+    if device_type == 'cuda' and 'cuda' in ckpt['rng']:
+        torch.cuda.set_rng_state(ckpt['rng']['cuda'].cpu())
+    ckpt = None
+if compile:
+    print("compiling the model... (takes a minute)")
+    model = torch.compile(model)
+if ddp:
+    model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == 'cuda' else None)
+
+def get_batch(data, ix):
+    x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix.tolist()])
+    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix.tolist()])
+    if device_type == 'cuda':
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x, y
+
+@torch.no_grad()
+def estimate_loss():
+    """Mean NLL at the final depth on fixed batches; its own generator leaves the training stream untouched."""
+    out, g = {}, torch.Generator().manual_seed(seed + 1)
+    model = raw_model  # not the DDP wrapper: only rank 0 evaluates
+    model.eval()
+    for split, data in (('train', train_data), ('val', val_data)):
+        losses = []
+        for _ in range(eval_iters):
+            x, y = get_batch(data, torch.randint(len(data) - block_size, (batch_size,), generator=g))
+            with ctx:
+                _, _, info = model(x, y)
+            losses.append(info['losses'][max(info['losses'])].item())
+        out[split] = sum(losses) / len(losses)
+    model.train()
+    return out
+
+def get_lr(it):  # linear warmup, then cosine decay to min_lr
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
+
+def save_checkpoint():
+    rng = {'torch': torch.get_rng_state(), 'data': gen.get_state()}
+    if device_type == 'cuda':
+        rng['cuda'] = torch.cuda.get_rng_state()
+    ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_args=model_args(gptconf),
+                iter_num=iter_num, best_val_loss=best_val_loss, config=config, meta=meta, rng=rng)
+    os.makedirs(out_dir, exist_ok=True)
+    torch.save(ckpt, ckpt_path + '.tmp')  # write then rename: a crash mid-save never leaves a broken ckpt.pt
+    os.replace(ckpt_path + '.tmp', ckpt_path)
+    print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
+
+if eval_only:
+    if master:
+        losses = estimate_loss()
+        print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+    raise SystemExit
+
+stop = []  # Ctrl-C / SIGTERM only ask to stop: the step in flight finishes, then we save and exit
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+if master:
+    print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to {max_iters}")
+last_loss, t0 = None, time.time()
+while iter_num < max_iters:
+    lr = get_lr(iter_num) if decay_lr else learning_rate
+    for group in optimizer.param_groups:
+        group['lr'] = lr
+    ix = torch.randint(len(train_data) - block_size, (gradient_accumulation_steps * world, batch_size), generator=gen)
+    loss_sum = torch.zeros((), device=device)
+    for micro_step, rows in enumerate(ix[rank * gradient_accumulation_steps:(rank + 1) * gradient_accumulation_steps]):
+        if ddp:  # sync gradients only on the last micro step
+            model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
+        x, y = get_batch(train_data, rows)
+        with ctx:
+            _, loss, info = model(x, y)
+            loss = loss / gradient_accumulation_steps
+        loss.backward()
+        loss_sum += loss.detach()
+    status = torch.stack([loss_sum / world, torch.tensor(float(len(stop)), device=device)])
+    if ddp:  # every rank must agree on the loss (for the NaN check) and on stopping, or the others would hang
+        dist.all_reduce(status)
+    lossf, stopping = status[0].item(), status[1].item() > 0
+    if not math.isfinite(lossf):
+        raise SystemExit(f"error: loss is {lossf} at iter {iter_num} (last good loss {last_loss}); alphas {raw_model.alphas()}. "
+                         f"Lower --learning_rate or --alpha_init; {ckpt_path} was not overwritten.")
+    if grad_clip != 0.0:
+        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    iter_num, last_loss = iter_num + 1, lossf
+    if master and (iter_num % log_interval == 0 or iter_num == 1):
+        dt, t0 = time.time() - t0, time.time()
+        n = log_interval if iter_num > 1 else 1
+        line = f"iter {iter_num}: loss {lossf:.4f}"
+        if len(info['losses']) > 1:
+            line += ", depths " + " ".join(f"k{k}:{v.item():.3f}" for k, v in sorted(info['losses'].items()))
+        if info['ponder'] is not None:
+            line += f", depth {info['depth'].float().mean().item():.2f} ponder {info['ponder'].item():.2f}"
+        alphas = "/".join(f"{a:.3f}" for a in raw_model.alphas())
+        print(line + (f", alpha {alphas}" if alphas else "") + f", lr {lr:.2e}, {dt * 1000 / n:.0f}ms/iter, {tokens_per_iter * n / dt:,.0f} tok/s")
+    if iter_num % eval_interval == 0 or iter_num == max_iters:
+        if master:
+            losses = estimate_loss()
+            print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+            if losses['val'] < best_val_loss or always_save_checkpoint:
+                best_val_loss = min(best_val_loss, losses['val'])
+                save_checkpoint()
+        t0 = time.time()
+    if stopping:
+        if master:
+            save_checkpoint()
+            print(f"interrupted after iter {iter_num}: resume with  python train.py ... --init_from=resume --out_dir={out_dir}")
+        break
+if ddp:
+    dist.destroy_process_group()
