@@ -5,6 +5,7 @@ A config file sets globals; --key=value then overrides one. Every key must alrea
 as a global of the script, with the same type, so typos and wrong types fail at once with
 a one-line message instead of silently training the wrong model.
 """
+import os
 import sys
 from ast import literal_eval
 from difflib import get_close_matches
@@ -40,7 +41,9 @@ for _arg in sys.argv[1:]:
             sys.exit(f"error: config file '{_arg}' not found (see config/ for the available ones)")
         print(f"Overriding config with {_arg}")
         _cfg = {}
-        exec(_src, {}, _cfg)
+        # include('v5.py') inside a config file runs another config of the same folder first (its base)
+        _include = lambda name, _dir=os.path.dirname(_arg): exec(open(os.path.join(_dir, name)).read(), {'include': _include}, _cfg)
+        exec(_src, {'include': _include}, _cfg)
         for _k, _v in _cfg.items():
             if not _k.startswith('_') and not isinstance(_v, type(sys)):  # skip imports
                 _set(_k, _v, _arg)
