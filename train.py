@@ -42,6 +42,7 @@ phantom_steps = 1
 supervise = ()
 act = False
 halt_penalty = 0.01
+random_depth = False  # Huginn-style: each step trains at depths drawn around `loops` (log-normal Poisson)
 dropout = 0.0
 bias = False
 # AdamW and the learning-rate schedule
@@ -163,6 +164,12 @@ def get_lr(it):  # linear warmup, then cosine decay to min_lr
     ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
+def sample_depths():
+    """Per segment k ~ 1 + Poisson(mean * exp(N(-s^2/2, s))), s = 0.5, capped at 2 * mean (Huginn's
+    log-normal Poisson): every depth gets trained. Drawn from the data generator, so it resumes exactly."""
+    rates = torch.tensor([k * math.exp(0.5 * torch.randn((), generator=gen).item() - 0.125) for k in gptconf.loops])
+    return tuple(min(2 * k, 1 + int(r)) for k, r in zip(gptconf.loops, torch.poisson(rates, generator=gen)))
+
 def save_checkpoint():
     rng = {'torch': torch.get_rng_state(), 'data': gen.get_state()}
     if device_type == 'cuda':
@@ -191,13 +198,14 @@ while iter_num < max_iters:
     for group in optimizer.param_groups:
         group['lr'] = lr
     ix = torch.randint(len(train_data) - block_size, (gradient_accumulation_steps * world, batch_size), generator=gen)
+    n_loops = sample_depths() if random_depth else None
     loss_sum = torch.zeros((), device=device)
     for micro_step, rows in enumerate(ix[rank * gradient_accumulation_steps:(rank + 1) * gradient_accumulation_steps]):
         if ddp:  # sync gradients only on the last micro step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
         x, y = get_batch(train_data, rows)
         with ctx:
-            _, loss, info = model(x, y)
+            _, loss, info = model(x, y, n_loops=n_loops)
             loss = loss / gradient_accumulation_steps
         loss.backward()
         loss_sum += loss.detach()
@@ -216,7 +224,7 @@ while iter_num < max_iters:
     if master and (iter_num % log_interval == 0 or iter_num == 1):
         dt, t0 = time.time() - t0, time.time()
         n = log_interval if iter_num > 1 else 1
-        line = f"iter {iter_num}: loss {lossf:.4f}"
+        line = f"iter {iter_num}: loss {lossf:.4f}" + (f", k {n_loops}" if random_depth else "")
         if len(info['losses']) > 1:
             line += ", depths " + " ".join(f"k{k}:{v.item():.3f}" for k, v in sorted(info['losses'].items()))
         if info['ponder'] is not None:
