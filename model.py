@@ -124,10 +124,11 @@ class Loop(nn.Module):
                 # ... and their Jacobian is taken as the identity: a straight-through path from the segment's
                 # input, so the prelude and embeddings still get gradient (naive phantom gives them none)
                 z_new = z_in + (z_new - z_in).detach()
-            r = ((z_new - z).float().norm(dim=-1) / z.float().norm(dim=-1).clamp_min(1e-6)).detach()
+            with torch.no_grad():  # relative residual |z_k - z_{k-1}| / |z_{k-1}|: a probe, not trained
+                r = (z_new - z).norm(dim=-1) / z.norm(dim=-1).clamp_min(1e-6)
             resid = torch.where(running, r, resid)
             depth = depth + running.long()
-            z = torch.where(running[..., None], z_new, z)  # frozen tokens keep their state
+            z = torch.where(running[..., None], z_new, z) if self.c.act or exit else z_new  # stopped tokens stay frozen
             if self.c.act:  # Graves' ACT, per token
                 h = torch.sigmoid(self.gate(z).float()).squeeze(-1)
                 halt = running & ((cum + h >= 1 - eps) | (i == k - 1))
