@@ -1,0 +1,141 @@
+"""eval.py: suffix NLL against a hand computation, depth scan and early-exit shapes, eval.json and the report end to end,
+HTML escaping, one-line errors on bad input, and prepare -> train -> eval."""
+import html, json, os, re, subprocess, sys
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import eval as ev
+from model import GPT, GPTConfig, model_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}  # several subprocesses share two cores
+
+def tiny(vocab=20, block=16, loops=(4,), **kw):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(block_size=block, vocab_size=vocab, n_embd=16, n_head=2, n_prelude=1, loops=loops, n_coda=1, **kw)).eval()
+
+def test_suffix_nll_matches_hand_computation():
+    model, eot, T, start = tiny(), 19, 16, 12
+    docs = [list(range(1, 26)),  # longer than the block: truncated, every position real, no EOT
+            [3, 4, 5],           # shorter than the suffix start: its suffix is all pad
+            list(range(2, 14)),  # 12 tokens: its EOT lands at position 12, the first suffix target
+            [eot, 7]]            # an EOT id inside the text is still real: real is decided by position
+    x, real = ev.pack_docs(docs, eot, T)
+    assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
+    nll, depth, resid = ev.score(model, x)
+    got = ev.suffix_nll(nll, real, start)
+    with torch.no_grad():  # by hand: the logits at j - 1 predict token j; target j is real if j <= the doc's EOT index
+        logp = F.log_softmax(model(x)[0].float(), -1)
+    masked, unmasked = [], []
+    for i, doc in enumerate(docs):
+        for j in range(start, T):
+            unmasked.append(-logp[i, j - 1, x[i, j]].item())
+            if j <= len(doc):  # the appended EOT sits at index len(doc)
+                masked.append(unmasked[-1])
+    assert len(masked) == 4 + 0 + 1 + 0
+    assert got['masked'] == pytest.approx(np.mean(masked), rel=1e-5)
+    assert got['unmasked'] == pytest.approx(np.mean(unmasked), rel=1e-5)
+    assert got['pad_fraction'] == pytest.approx(1 - len(masked) / len(unmasked))
+    assert depth.shape == resid.shape == (4, T) and (depth == 4).all()
+
+def test_depth_scan_and_early_exit():
+    model = tiny(loops=(4,))
+    rows = torch.randint(0, 20, (6, 16), generator=torch.Generator().manual_seed(1))
+    scan = ev.depth_scan(model, rows)
+    assert [s['k'] for s in scan] == [1, 2, 4, 8] and all(s['mean_depth'] == s['k'] for s in scan)
+    curve = ev.early_exit_curve(model, rows, scan)
+    assert [c['threshold'] for c in curve] == list(ev.DEFAULTS['maxprob'][0])
+    for c in curve:
+        assert 1 <= c['mean_depth'] <= 4 and c['uniform_nll'] > 0
+    assert [s['k'] for s in ev.depth_scan(tiny(loops=(3,)), rows)] == [1, 2, 3, 6]
+    assert [s['k'] for s in ev.depth_scan(tiny(loops=()), rows)] == [0]  # a plain transformer: scored once
+    assert ev.early_exit_curve(tiny(loops=(3,), act=True), rows, scan) == []  # the ACT gate picks the depth itself
+
+def test_early_exit_extremes(monkeypatch):
+    monkeypatch.setattr(ev, 'thresholds', (0.0, 1.1))  # 0: every token exits after one step; 1.1: none exits
+    model, rows = tiny(loops=(3,)), torch.randint(0, 20, (4, 16), generator=torch.Generator().manual_seed(2))
+    lo, hi = ev.early_exit_curve(model, rows, ev.depth_scan(model, rows))
+    assert lo['mean_depth'] == 1 and lo['nll'] == pytest.approx(lo['uniform_nll'], rel=1e-5)  # exit at 1 == uniform k=1
+    assert hi['mean_depth'] == 3 and hi['nll'] == pytest.approx(hi['uniform_nll'], rel=1e-5)  # no exit == uniform k=3
+
+def make_run(root, vocab_size=257):
+    """data/tiny/ as prepare.py writes it (byte tokens, EOT 256) and out/ckpt.pt as train.py writes it, by hand."""
+    d = root / 'data' / 'tiny'
+    d.mkdir(parents=True)
+    ids = np.array(list(("def f(x):\n    return x * 2\n" * 20 + "the cat sat on the mat. " * 30).encode()) + [256], np.uint16)
+    ids.tofile(d / 'train.bin'), ids.tofile(d / 'val.bin')
+    (d / 'meta.json').write_text(json.dumps(dict(tokenizer='byte', vocab_size=vocab_size, eot=256, dtype='uint16')))
+    lines = [json.dumps(dict(topic='code', text='def g(y):\n    return y + 1\n' * 3)),
+             json.dumps(dict(topic='code', text='<script>alert(1)</script> & more')),
+             '{"topic": "code", "text": ',  # truncated
+             'not json at all',
+             json.dumps(dict(topic='news', text='Stocks rose on Monday as markets ' * 4)),
+             json.dumps(dict(topic='chat', text='hi'))]  # mostly pad in the suffix
+    (d / 'eval.jsonl').write_text('\n'.join(lines) + '\n')
+    cfg = GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1)
+    torch.manual_seed(0)
+    (root / 'out').mkdir()
+    torch.save(dict(model=GPT(cfg).state_dict(), model_args=model_args(cfg), iter_num=0,
+                    config=dict(dataset='tiny', block_size=32, device='cpu')), root / 'out' / 'ckpt.pt')
+
+def start_eval(cwd, *args):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, 'eval.py'), '--out_dir=out', '--eval_iters=2', '--batch_size=4',
+                             *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+def finish(p):
+    out, err = p.communicate(timeout=180)
+    return p.returncode, out, err
+
+def test_eval_json_report_and_html(tmp_path):
+    make_run(tmp_path)
+    rc, out, err = finish(start_eval(tmp_path, '--html=depth.html'))
+    assert rc == 0, err
+    r = json.loads((tmp_path / 'out' / 'eval.json').read_text())
+    assert {'suffix_nll', 'depth_scan', 'early_exit', 'topics', 'residual_probe_r', 'alphas'} <= set(r)
+    assert set(r['suffix_nll']) == {'masked', 'unmasked', 'pad_fraction'} and 0 < r['suffix_nll']['pad_fraction'] < 1
+    assert [s['k'] for s in r['depth_scan']] == [1, 2, 4] and all({'k', 'nll'} <= set(s) for s in r['depth_scan'])
+    assert r['early_exit'] and all({'threshold', 'mean_depth', 'nll', 'uniform_nll'} <= set(c) for c in r['early_exit'])
+    assert set(r['topics']) == {'code', 'news', 'chat'}
+    assert all({'nll', 'mean_depth', 'tokens'} <= set(t) for t in r['topics'].values())
+    assert r['topics']['chat']['tokens'] == 2  # 'h' -> 'i', 'i' -> EOT
+    assert isinstance(r['residual_probe_r'], float) and len(r['alphas']) == 1 and r['skipped_lines'] == 2
+    for needle in ('suffix NLL', 'masked', 'depth scan', 'early exit', 'topics', 'residual probe', 'alphas',
+                   'measures padding', 'skipped 2 malformed lines', 'wrote out/eval.json'):
+        assert needle in out, needle
+    page = (tmp_path / 'depth.html').read_text()
+    assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
+    assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
+    assert '<svg' in page and '<polyline' in page
+
+def test_bad_input_is_one_line(tmp_path):
+    cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),
+             'vocab': ([], 'meta.json has vocab_size 300 but the checkpoint has 257'),
+             'ckpt': (['--out_dir=nope'], 'no checkpoint at nope/ckpt.pt')}
+    procs = {}
+    for name, (args, _) in cases.items():
+        (tmp_path / name).mkdir()
+        make_run(tmp_path / name, vocab_size=300 if name == 'vocab' else 257)
+        procs[name] = start_eval(tmp_path / name, *args)
+    for name, p in procs.items():
+        rc, out, err = finish(p)
+        assert rc != 0 and err.startswith('error:') and 'Traceback' not in err, err
+        assert cases[name][1] in err and len(err.strip().splitlines()) == 1, err
+
+def test_prepare_train_eval(tmp_path):
+    """prepare.py (byte, from a local mirror) -> train.py config/smoke.py, shrunk -> eval.py."""
+    src = tmp_path / 'mirror' / 'raw.githubusercontent.com' / 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
+    src.parent.mkdir(parents=True)
+    src.write_text(''.join(f"CITIZEN {i}:\nWe are accounted poor citizens, the patricians good {i}.\n\n" for i in range(80)))
+    run = lambda script, *a: subprocess.run([sys.executable, os.path.join(ROOT, script), *a], cwd=tmp_path, env=ENV,
+                                            capture_output=True, text=True, timeout=180)
+    p = run('prepare.py', '--dataset=shakespeare', '--tokenizer=byte', '--mirror=mirror', '--eval_docs=6')
+    assert p.returncode == 0, p.stderr
+    p = run('train.py', os.path.join(ROOT, 'config', 'smoke.py'), '--out_dir=out', '--max_iters=20', '--eval_interval=20',
+            '--eval_iters=2', '--n_embd=32', '--block_size=32', '--batch_size=4', '--device=cpu')
+    assert p.returncode == 0, p.stderr
+    rc, out, err = finish(start_eval(tmp_path))
+    assert rc == 0, err
+    r = json.loads((tmp_path / 'out' / 'eval.json').read_text())
+    assert list(r['topics']) == ['shakespeare'] and r['topics']['shakespeare']['tokens'] > 0
+    assert [s['k'] for s in r['depth_scan']] == [1, 2, 4, 8] and r['suffix_nll']['masked'] is not None
