@@ -128,8 +128,9 @@ def write_html(path, docs, tokens, depth, decode, r):
             f'<h2>Loop depth per token</h2>{chart}<p>Depth from {e(r["depth_source"])}. Iterations: {legend}</p>']
     for i, doc in enumerate(docs):  # docs come grouped by topic: show each topic's first three
         if i < 3 or docs[i - 3]['topic'] != doc['topic']:
-            spans = ''.join(f'<span title="{d}" style="background:{colour(d)}">{e(decode([t]))}</span>'
-                            for t, d in zip(tokens[i], depth[i].tolist()))  # zip stops at the block: a long doc ends there
+            # each token is coloured by the depth spent predicting it (at the position before); zip stops at the block
+            spans = e(decode(tokens[i][:1])) + ''.join(f'<span title="{d}" style="background:{colour(d)}">{e(decode([t]))}</span>'
+                                                       for t, d in zip(tokens[i][1:], depth[i].tolist()))
             page.append(f'<h3>{e(doc["topic"])}</h3><div style="white-space:pre-wrap;font-family:monospace">{spans}</div>')
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')

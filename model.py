@@ -59,7 +59,10 @@ class Attention(nn.Module):
             if kv:
                 k, v = torch.cat([kv[0], k], 2), torch.cat([kv[1], v], 2)
             kv[:] = [k, v]
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1, dropout_p=self.dropout if self.training else 0)
+        S = k.size(2)  # with cached keys the causal mask must be aligned bottom-right: query t sees keys <= S - T + t
+        mask = None if S == T else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
+                                           dropout_p=self.dropout if self.training else 0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 class SwiGLU(nn.Module):
@@ -236,7 +239,7 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True, return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T). With return_depth, also the depth of each new token."""
+        """Sample max_new_tokens tokens after idx (B, T). With return_depth, also the loop depth spent predicting each new token."""
         cache, new_depths = None, []
         for _ in range(max_new_tokens):
             if kv_cache and cache is not None and idx.size(1) <= self.config.block_size:
@@ -277,8 +280,8 @@ def load_checkpoint(path, device='cpu'):
         model.load_state_dict(ckpt['model'])
     except FileNotFoundError:
         raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py ...) or set --out_dir")
-    except ValueError:
-        raise
+    except ValueError as e:  # a config the checkpoint should never have held
+        raise ValueError(f"{path}: {e}") from None
     except Exception as e:  # truncated, foreign, or carrying a pickled program
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"{path} is not a readable nanoloop checkpoint ({msg[:200]})") from None

@@ -1,0 +1,842 @@
+"""Tests for model.py: the tied loop, phantom gradient, multi-depth supervision, post-hoc exit, ACT,
+config validation, generation and checkpoint loading. Tiny float32 models on CPU; the file runs in seconds."""
+import math
+import weakref
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import GPT, GPTConfig, load_checkpoint, model_args
+
+V = 50  # vocab size of every test model
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread, and do not slow to a crawl when other processes share the cores."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def cfg(**kw):
+    base = dict(block_size=16, vocab_size=V, n_embd=16, n_head=2, n_prelude=1, loops=(3,), n_coda=1, dropout=0.0)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def make(seed=0, **kw):
+    torch.manual_seed(seed)
+    return GPT(cfg(**kw))
+
+
+def batch(B=2, T=8, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, V, (B, T + 1), generator=g)
+    return x[:, :-1], x[:, 1:]
+
+
+def embed(m, idx):
+    """The state entering the first tied segment: emb + pos -> LN -> prelude."""
+    z = m.ln_emb(m.wte(idx) + m.wpe(torch.arange(idx.size(1))))
+    for b in m.prelude:
+        z = b(z)
+    return z
+
+
+def step(seg, z):
+    return z + seg.alpha() * (seg.block(z) - z)
+
+
+def ce(logits, tgt):
+    return F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+
+
+def grads(m):
+    return {n: (None if p.grad is None else p.grad.clone()) for n, p in m.named_parameters()}
+
+
+def run_loop(m, idx, seg_i=0, k=None, exit=None):
+    """Call segment seg_i directly (input = prelude output, or previous segments run in full) and record the state
+    after every step via Loop.forward's on_step callback. -> (out, depth, ponder, resid, states[k+1]) with states[0]
+    the input."""
+    z = embed(m, idx)
+    for s, kk in zip(m.segments[:seg_i], m.config.loops):
+        z = s(z, kk)[0]
+    seg = m.segments[seg_i]
+    k = k or m.config.loops[seg_i]
+    states = [z.clone()]
+    out, depth, ponder, resid = seg(z, k, None, exit, m.readout, lambda i, s: states.append(s.detach().clone()))
+    return out, depth, ponder, resid, states
+
+
+def peaky(seed=0, wte=40.0, wpe=1.0, **kw):
+    """An untrained model whose readout is confident for some tokens and not others (larger output weights;
+    larger position embeddings make greedy generation vary instead of repeating the last token)."""
+    m = make(seed, **kw)
+    with torch.no_grad():
+        m.wte.weight.mul_(wte)
+        m.wpe.weight.mul_(wpe)
+    return m
+
+
+def gen_model(**kw):
+    """For generation: varied greedy continuations, and coda attention strong enough that a readout's exit decision
+    depends on the earlier positions (so a KV cache that gave the exit check the wrong context would show)."""
+    m = peaky(wte=20.0, wpe=40.0, alpha_init=0.5, n_coda=2, **kw)
+    with torch.no_grad():
+        for b in m.coda:
+            b.attn.proj.weight.mul_(30)
+            b.attn.qkv.weight.mul_(10)
+    return m
+
+
+# ---------------------------------------------------------------- 1. alpha init
+
+@pytest.mark.parametrize("alpha_init", [0.1, 0.3])
+def test_alpha_starts_at_alpha_init_in_every_segment(alpha_init):
+    m = make(loops=(2, 3, 1), alpha_init=alpha_init)
+    alphas = m.alphas()
+    assert len(alphas) == 3
+    for a, seg in zip(alphas, m.segments):
+        assert abs(a - alpha_init) < 1e-6, alphas
+        assert abs(seg.alpha().item() - alpha_init) < 1e-6
+    assert abs(alphas[0] - torch.sigmoid(torch.tensor(alpha_init)).item()) > 0.1  # not the sigmoid(alpha_init) bug
+
+
+# ---------------------------------------------------------------- 2./3. loop counts and n_loops
+
+def count_block_calls(m):
+    counts = [0] * len(m.segments)
+    for i, seg in enumerate(m.segments):
+        seg.block.register_forward_hook(lambda mod, inp, out, i=i: counts.__setitem__(i, counts[i] + 1))
+    return counts
+
+
+@pytest.mark.parametrize("n_loops,expected", [(None, (2, 3)), (4, (4, 4)), ((1, 5), (1, 5)), ([3, 1], (3, 1))])
+def test_tied_block_runs_exactly_loops_times(n_loops, expected):
+    m = make(loops=(2, 3))
+    counts = count_block_calls(m)
+    idx, tgt = batch()
+    with torch.no_grad():
+        _, loss, info = m(idx, tgt, n_loops=n_loops)
+    assert tuple(counts) == expected
+    assert info['depth'].shape == idx.shape and info['depth'].dtype == torch.long
+    assert (info['depth'] == sum(expected)).all()
+    assert info['ponder'] is None
+    assert set(info['losses']) == {sum(expected)}
+
+
+@pytest.mark.parametrize("bad", [(1, 2, 3), (2,), 0, (2, 0), -1])
+def test_n_loops_bad_values_raise(bad):
+    m = make(loops=(2, 3))
+    with pytest.raises(ValueError, match="n_loops"):
+        m(batch()[0], n_loops=bad)
+
+
+def test_logits_change_with_depth():
+    m = make(loops=(2,))
+    idx, _ = batch()
+    with torch.no_grad():
+        l1 = m(idx, n_loops=1)[0]
+        l4 = m(idx, n_loops=4)[0]
+        l4b = m(idx, n_loops=4)[0]
+    assert l1.shape == l4.shape == (2, 8, V)
+    assert torch.equal(l4, l4b)  # deterministic
+    assert (l1 - l4).abs().max() > 1e-4
+
+
+# ---------------------------------------------------------------- 4. weights: per segment, tied within a segment
+
+def test_segments_have_their_own_weights():
+    m = make(loops=(2, 2))
+    a, b = m.segments
+    pa, pb = dict(a.named_parameters()), dict(b.named_parameters())
+    assert pa.keys() == pb.keys()
+    for n in pa:
+        assert pa[n] is not pb[n]
+        assert pa[n].data_ptr() != pb[n].data_ptr()
+        if pa[n].dim() >= 2:
+            assert not torch.equal(pa[n], pb[n]), n  # independently initialised
+    with torch.no_grad():  # changing one segment's block leaves the other's untouched
+        a.block.attn.qkv.weight.add_(1.0)
+    assert not torch.equal(a.block.attn.qkv.weight, b.block.attn.qkv.weight)
+
+
+def test_tied_block_parameters_count_once():
+    def numel(mod):
+        return sum(p.numel() for p in mod.parameters())
+    m2, m7 = make(loops=(2,)), make(loops=(7,))
+    distinct = sum(p.numel() for p in m2.parameters())
+    assert distinct == sum(p.numel() for p in m7.parameters())  # depth adds no parameters
+    block = numel(m2.segments[0].block)
+    expected = (numel(m2.wte) + numel(m2.wpe) + numel(m2.ln_emb) + numel(m2.prelude) + block + 1  # + alpha_logit
+                + numel(m2.coda) + numel(m2.ln_f))  # head is tied to wte
+    assert distinct == expected
+    assert m2.head.weight is m2.wte.weight
+    ids = [id(p) for p in m7.parameters()]
+    assert len(ids) == len(set(ids))
+    assert m7.num_params() == (distinct, distinct + 6 * block)
+
+
+def test_plain_transformer_with_no_loops():
+    m = make(loops=())
+    m.train()
+    assert m.alphas() == [] and len(m.segments) == 0
+    idx, tgt = batch()
+    logits, loss, info = m(idx, tgt)
+    assert logits.shape == (2, 8, V) and torch.isfinite(loss)
+    assert (info['depth'] == 0).all() and set(info['losses']) == {0}
+    loss.backward()
+    for n, p in m.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+# ---------------------------------------------------------------- 5./7. phantom gradient
+
+def ref_phantom_loss(m, idx, tgt, n_grad, straight_through):
+    """Hand-built phantom gradient for a one-segment model: k - n_grad steps under no_grad, then n_grad steps with a
+    graph. straight_through=False detaches the state (naive phantom); True keeps the identity path to the input."""
+    seg, k = m.segments[0], m.config.loops[0]
+    z_in = embed(m, idx)
+    z = z_in
+    with torch.no_grad():
+        for _ in range(k - n_grad):
+            z = step(seg, z)
+    z = z_in + (z - z_in).detach() if straight_through else z.detach()
+    for _ in range(n_grad):
+        z = step(seg, z)
+    for b in m.coda:
+        z = b(z)
+    return ce(m.head(m.ln_f(z)), tgt)
+
+
+def phantom_pair(k, steps):
+    m = make(loops=(k,), phantom=True, phantom_steps=steps)
+    m.train()
+    ref = make(loops=(k,))
+    ref.load_state_dict(m.state_dict())
+    ref.train()
+    return m, ref
+
+
+def test_phantom_every_parameter_gets_gradient():
+    m = make(loops=(4,), phantom=True, n_prelude=2)
+    m.train()
+    idx, tgt = batch()
+    m(idx, tgt)[1].backward()
+    for n, p in m.named_parameters():
+        assert p.grad is not None, n
+    for mod in [m.wte, m.wpe, m.ln_emb, m.prelude, m.segments[0].block, m.coda]:
+        for n, p in mod.named_parameters():
+            assert p.grad.abs().sum() > 0, n
+    assert m.segments[0].alpha_logit.grad.abs() > 0
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_phantom_one_step_matches_hand_reference(k):
+    m, ref = phantom_pair(k, 1)
+    idx, tgt = batch()
+    loss = m(idx, tgt)[1]
+    loss.backward()
+    g = grads(m)
+    # naive reference (state detached before the last step): the loop's parameters get the same gradient
+    ref_loss = ref_phantom_loss(ref, idx, tgt, 1, straight_through=False)
+    assert torch.allclose(loss, ref_loss, atol=1e-6)
+    ref_loss.backward()
+    gr = grads(ref)
+    loop_names = [n for n in g if n.startswith('segments.0.')]
+    assert len(loop_names) > 5 and 'segments.0.alpha_logit' in loop_names
+    for n in loop_names + [n for n in g if n.startswith(('coda.', 'ln_f.'))]:
+        assert gr[n] is not None and torch.allclose(g[n], gr[n], atol=1e-7, rtol=1e-4), n
+    # ... but the naive reference gives the prelude nothing, the model's straight-through path gives it gradient
+    for n in g:
+        if n.startswith('prelude.') and n.endswith('weight') and 'ln' not in n:
+            assert gr[n] is None and g[n].abs().sum() > 0, n
+    # the straight-through reference matches every gradient, prelude and embeddings included
+    ref.zero_grad(set_to_none=True)
+    ref_phantom_loss(ref, idx, tgt, 1, straight_through=True).backward()
+    gs = grads(ref)
+    for n in g:
+        assert torch.allclose(g[n], gs[n], atol=1e-7, rtol=1e-4), n
+
+
+def test_phantom_two_steps_matches_reference():
+    m, ref = phantom_pair(5, 2)
+    idx, tgt = batch()
+    m(idx, tgt)[1].backward()
+    ref_phantom_loss(ref, idx, tgt, 2, straight_through=True).backward()
+    g, gr = grads(m), grads(ref)
+    for n in g:
+        assert torch.allclose(g[n], gr[n], atol=1e-7, rtol=1e-4), n
+
+
+@pytest.mark.parametrize("steps", [4, 9])
+def test_phantom_steps_k_equals_full_backprop(steps):
+    m, ref = phantom_pair(4, steps)
+    idx, tgt = batch()
+    m(idx, tgt)[1].backward()
+    ref(idx, tgt)[1].backward()
+    g, gr = grads(m), grads(ref)
+    for n in g:
+        assert torch.allclose(g[n], gr[n], atol=1e-7, rtol=1e-5), n
+    # and phantom_steps=1 really is a different gradient for the loop block
+    m1, _ = phantom_pair(4, 1)
+    m1(idx, tgt)[1].backward()
+    w = 'segments.0.block.mlp.w1.weight'
+    assert not torch.allclose(grads(m1)[w], gr[w], atol=1e-6)
+
+
+# ---------------------------------------------------------------- 6. memory saved for backward
+
+def saved_bytes(phantom, k):
+    """Bytes of tensors saved for backward that are still held when backward starts (graphs of intermediate
+    computations that were freed during forward are not counted)."""
+    m = make(loops=(k,), phantom=phantom, n_embd=32)
+    m.train()
+    idx, tgt = batch(2, 16)
+    live = [0]
+
+    class Held:
+        __slots__ = ('t', '__weakref__')
+
+    def pack(t):
+        h = Held()
+        h.t = t.detach()  # detached: holding an op's own output must not keep its graph alive (a reference cycle)
+        n = t.numel() * t.element_size()
+        live[0] += n
+        weakref.finalize(h, lambda: live.__setitem__(0, live[0] - n))  # freed with the graph node that saved it
+        return h
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.t):
+        loss = m(idx, tgt)[1]
+    held = live[0]
+    loss.backward()  # the hooks must round-trip correctly
+    assert m.segments[0].block.mlp.w1.weight.grad is not None
+    return held
+
+
+def test_phantom_memory_constant_full_backprop_linear():
+    full = {k: saved_bytes(False, k) for k in (2, 4, 8)}
+    ph = {k: saved_bytes(True, k) for k in (2, 8)}
+    per_loop = (full[4] - full[2]) / 2
+    assert per_loop > 0.1 * full[2]  # each full-backprop iteration keeps a sizeable graph
+    assert abs((full[8] - full[4]) - 2 * (full[4] - full[2])) <= 0.1 * (full[8] - full[4])  # linear in k
+    assert abs(ph[8] - ph[2]) < 0.02 * per_loop  # phantom: constant in k
+    assert ph[8] < full[2]
+
+
+# ---------------------------------------------------------------- 8. multi-depth supervision
+
+def test_multi_depth_supervision_one_segment():
+    m = peaky(loops=(4,), supervise=(1, 2, 4), alpha_init=0.5)
+    idx, tgt = batch()
+    _, loss, info = m(idx, tgt)
+    assert set(info['losses']) == {1, 2, 4}
+    assert torch.allclose(loss, sum(info['losses'].values()) / 3)
+    with torch.no_grad():
+        seg = m.segments[0]
+        z1 = step(seg, embed(m, idx))
+        z2 = step(seg, z1)
+        assert torch.allclose(info['losses'][1], ce(m.readout(z1), tgt), atol=1e-6)
+        assert torch.allclose(info['losses'][2], ce(m.readout(z2), tgt), atol=1e-6)
+        assert torch.allclose(info['losses'][4], ce(m(idx)[0], tgt), atol=1e-6)
+    assert abs(info['losses'][1].item() - info['losses'][4].item()) > 1e-3
+    # without targets no loss is taken; without supervise only the last depth
+    assert m(idx)[1] is None and m(idx)[2]['losses'] == {}
+    plain = make(loops=(4,))
+    assert set(plain(idx, tgt)[2]['losses']) == {4}
+
+
+def test_multi_depth_supervision_across_segments():
+    m = peaky(loops=(2, 2), supervise=(1, 3), alpha_init=0.5)
+    idx, tgt = batch()
+    _, loss, info = m(idx, tgt)
+    assert set(info['losses']) == {1, 3, 4}
+    assert torch.allclose(loss, sum(info['losses'].values()) / 3)
+    with torch.no_grad():
+        a, b = m.segments
+        z1 = step(a, embed(m, idx))
+        z3 = step(b, step(a, z1))
+        assert torch.allclose(info['losses'][1], ce(m.readout(z1), tgt), atol=1e-6)
+        assert torch.allclose(info['losses'][3], ce(m.readout(z3), tgt), atol=1e-6)
+    loss.backward()
+    assert m.segments[1].block.mlp.w1.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- 9. post-hoc exit
+
+def test_exit_maxprob_freezes_tokens_and_matches_criterion():
+    m = peaky(loops=(5,))
+    m.eval()
+    idx, _ = batch(4, 12)
+    with torch.no_grad():
+        maxprob = [m.readout(s).softmax(-1).amax(-1) for s in run_loop(m, idx)[4][1:]]
+        t = maxprob[0].median().item()  # about half the tokens exit at step 1
+        out, depth, _, _, states = run_loop(m, idx, exit=('maxprob', t))
+        _, _, info = m(idx, exit=('maxprob', t))
+    assert torch.equal(info['depth'], depth)
+    assert depth.min() >= 1 and depth.max() <= 5
+    assert len(depth.unique()) >= 2, "test needs a mix of depths"
+    assert (depth == 1).float().mean() > 0.2
+    k = len(states) - 1
+    for b in range(idx.size(0)):
+        for i in range(idx.size(1)):
+            d = depth[b, i].item()
+            probs = [m.readout(s).softmax(-1).amax(-1)[b, i].item() for s in states[1:d + 1]]
+            assert all(p < t for p in probs[:-1])  # did not exit earlier
+            assert d == k or probs[-1] >= t       # exited when the criterion first held
+            for s in states[d + 1:]:              # frozen afterwards
+                assert torch.equal(s[b, i], states[d][b, i])
+    assert torch.equal(out, states[-1])
+
+
+def test_exit_resid_freezes_tokens():
+    m = make(loops=(6,), alpha_init=0.5)
+    with torch.no_grad():  # larger updates, so the residual changes from step to step
+        m.segments[0].block.attn.proj.weight.mul_(30)
+        m.segments[0].block.mlp.proj.weight.mul_(30)
+    m.eval()
+    idx, _ = batch(4, 12)
+    with torch.no_grad():
+        free = run_loop(m, idx)[4]
+        r = [((b - a).norm(dim=-1) / a.norm(dim=-1)) for a, b in zip(free[:-1], free[1:])]
+        t = r[2].median().item()
+        out, depth, _, resid, states = run_loop(m, idx, exit=('resid', t))
+        assert torch.equal(m(idx, exit=('resid', t))[2]['depth'], depth)
+    assert depth.min() >= 1 and depth.max() <= 6 and len(depth.unique()) >= 2
+    for b in range(idx.size(0)):
+        for i in range(idx.size(1)):
+            d = depth[b, i].item()
+            rs = [((states[j][b, i] - states[j - 1][b, i]).norm() / states[j - 1][b, i].norm()).item()
+                  for j in range(1, d + 1)]
+            assert all(x >= t * (1 - 1e-5) for x in rs[:-1])
+            assert d == 6 or rs[-1] < t * (1 + 1e-5)
+            assert abs(resid[b, i].item() - rs[-1]) < 1e-4 * rs[-1]  # resid: the token's own last iteration
+            for s in states[d + 1:]:
+                assert torch.equal(s[b, i], states[d][b, i])
+
+
+@pytest.mark.parametrize("loops", [(4,), (2, 3)])
+@pytest.mark.parametrize("exit,expect", [(('maxprob', 1.01), 'max'), (('resid', -1.0), 'max'),
+                                         (('maxprob', 0.0), 'one'), (('resid', 1e9), 'one')])
+def test_exit_extreme_thresholds(loops, exit, expect):
+    m = make(loops=loops)
+    idx, _ = batch()
+    with torch.no_grad():
+        depth = m(idx, exit=exit)[2]['depth']
+    # exit is decided per segment: an always-true criterion gives one iteration in EACH segment
+    assert (depth == (sum(loops) if expect == 'max' else len(loops))).all()
+
+
+def test_exit_rejects_bad_kind_and_act_models():
+    idx, _ = batch()
+    with pytest.raises(ValueError, match="exit"):
+        make()(idx, exit=('entropy', 0.5))
+    with pytest.raises(ValueError, match="exit"):
+        make(act=True)(idx, exit=('maxprob', 0.5))
+
+
+def test_resid_info_is_last_iteration_relative_residual():
+    m = make(loops=(3,))
+    idx, _ = batch()
+    with torch.no_grad():
+        states = run_loop(m, idx)[4]
+        info = m(idx)[2]
+    expect = (states[3] - states[2]).norm(dim=-1) / states[2].norm(dim=-1)
+    assert torch.allclose(info['resid'], expect, rtol=1e-4, atol=1e-7)
+    assert info['resid'].min() > 0
+
+
+# ---------------------------------------------------------------- 10. ACT
+
+def act_model(loops=(4,), p=None, seed=0, **kw):
+    m = make(seed, loops=loops, act=True, **kw)
+    if p is not None:  # every token gets halting probability p at every step
+        with torch.no_grad():
+            for s in m.segments:
+                s.gate.weight.zero_()
+                s.gate.bias.fill_(math.log(p / (1 - p)))
+    return m
+
+
+@pytest.mark.parametrize("p,N,R", [(0.3, 4, 0.1), (0.6, 2, 0.4), (0.5, 2, 0.5), (0.995, 1, 1.0)])
+def test_act_halting_math_constant_gate(p, N, R):
+    m = act_model(p=p, halt_penalty=0.05)
+    idx, tgt = batch()
+    logits, loss, info = m(idx, tgt)
+    assert (info['depth'] == N).all()
+    assert abs(info['ponder'].item() - (N + R)) < 1e-5
+    assert torch.allclose(loss, ce(logits, tgt) + 0.05 * (N + R), atol=1e-5)
+    assert set(info['losses']) == {4}
+    # the output is the halting-weighted mean of the step states: weights p,...,p,R
+    with torch.no_grad():
+        out, depth, ponder, _, states = run_loop(m, idx)
+    w = [p] * (N - 1) + [R]
+    assert abs(sum(w) - 1) < 1e-6
+    expect = sum(wi * s for wi, s in zip(w, states[1:N + 1]))
+    assert torch.allclose(out, expect, atol=1e-5)
+    assert torch.allclose(ponder, torch.full_like(ponder, N + R), atol=1e-5)
+
+
+def test_act_ponder_sums_over_segments():
+    m = act_model(loops=(4, 4), p=0.3)
+    info = m(batch()[0])[2]
+    assert (info['depth'] == 8).all()
+    assert abs(info['ponder'].item() - 8.2) < 1e-5
+
+
+def test_act_ponder_gradient_through_remainder():
+    # N=4, R = 1 - 3h: d ponder / d bias = -3 h (1 - h)
+    m = act_model(p=0.3)
+    m(batch()[0])[2]['ponder'].backward()
+    assert abs(m.segments[0].gate.bias.grad.item() - (-3 * 0.3 * 0.7)) < 1e-5
+
+
+def ref_act(m, states, eps=0.01):
+    """Graves' ACT by hand, token by token, from the recorded step states and the gate."""
+    gate, k = m.segments[0].gate, len(states) - 1
+    hs = [torch.sigmoid(gate(s)).squeeze(-1) for s in states[1:]]
+    B, T = hs[0].shape
+    out, N, ponder = torch.zeros_like(states[0]), torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T)
+    for b in range(B):
+        for t in range(T):
+            cum = 0.0
+            for n in range(1, k + 1):
+                h = hs[n - 1][b, t].item()
+                if cum + h >= 1 - eps or n == k:
+                    out[b, t] += (1 - cum) * states[n][b, t]
+                    N[b, t], ponder[b, t] = n, n + 1 - cum
+                    break
+                out[b, t] += h * states[n][b, t]
+                cum += h
+    return out, N, ponder
+
+
+def test_act_per_token_halting_matches_hand_computation():
+    m = act_model(loops=(5,))
+    seg = m.segments[0]
+    idx = torch.tensor([[3, 7, 11, 19, 23, 29]])
+    with torch.no_grad():
+        z = embed(m, idx)
+        z[0, :, 0] = torch.tensor([4.0, -4.0, 0.0, 4.0, -4.0, -0.3])  # feature 0 drives the gate
+        seg.gate.weight.zero_()
+        seg.gate.weight[0, 0] = 3.0
+        seg.gate.bias.fill_(0.0)
+        states = [z.clone()]
+        out, depth, ponder, _ = seg(z, 5, on_step=lambda i, s: states.append(s.clone()))
+        r_out, r_N, r_ponder = ref_act(m, states)
+    assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
+    assert len(depth.unique()) >= 3
+    assert torch.equal(depth, r_N)
+    assert torch.allclose(ponder, r_ponder, atol=1e-5)
+    assert torch.allclose(out, r_out, atol=1e-5)
+    # a halted token's state is frozen from its halting step on
+    for t in range(idx.size(1)):
+        d = depth[0, t].item()
+        for s in states[d + 1:]:
+            assert torch.equal(s[0, t], states[d][0, t])
+    assert not torch.equal(states[5][0, 1], states[4][0, 1])  # a running token still moves
+
+
+def test_act_random_gate_matches_reference_and_depth_range():
+    m = act_model(loops=(6,), seed=3)
+    with torch.no_grad():
+        m.segments[0].gate.weight.normal_(0, 1.0)
+        m.segments[0].gate.bias.fill_(-1.0)
+    idx, _ = batch(3, 10)
+    with torch.no_grad():
+        out, depth, ponder, _, states = run_loop(m, idx)
+        r_out, r_N, r_ponder = ref_act(m, states)
+        info = m(idx)[2]
+    assert torch.equal(depth, r_N) and torch.equal(info['depth'], depth)
+    assert torch.allclose(out, r_out, atol=1e-5) and torch.allclose(ponder, r_ponder, atol=1e-5)
+    assert depth.min() >= 1 and depth.max() <= 6 and len(depth.unique()) >= 2
+    assert abs(info['ponder'].item() - r_ponder.mean().item()) < 1e-5
+
+
+def test_act_gate_gets_gradient_without_penalty():
+    m = act_model(halt_penalty=0.0, seed=1)
+    with torch.no_grad():
+        m.segments[0].gate.weight.normal_(0, 0.5)
+        m.segments[0].gate.bias.fill_(-1.0)
+    idx, tgt = batch()
+    _, loss, info = m(idx, tgt)
+    assert torch.allclose(loss, info['losses'][4])  # no ponder term
+    loss.backward()
+    g = m.segments[0].gate
+    assert g.weight.grad.abs().sum() > 0 and g.bias.grad.abs() > 0
+
+
+def test_act_with_phantom_is_rejected():
+    with pytest.raises(ValueError, match="phantom"):
+        cfg(act=True, phantom=True)
+
+
+def test_act_default_gate_runs_every_token_to_the_max():
+    m = act_model(loops=(6,))
+    g = m.segments[0].gate
+    assert torch.equal(g.weight, torch.zeros_like(g.weight)) and g.bias.item() == -3.0
+    h = torch.sigmoid(torch.tensor(-3.0)).item()
+    assert abs(h - 0.0474) < 1e-3
+    info = m(batch()[0])[2]
+    assert (info['depth'] == 6).all()
+    assert abs(info['ponder'].item() - (6 + 1 - 5 * h)) < 1e-4
+
+
+def test_act_training_penalty_lowers_depth():
+    def train(hp):
+        m = act_model(loops=(4,), n_embd=32, halt_penalty=hp, seed=0)
+        idx, tgt = batch(4, 16, seed=5)
+        opt = m.configure_optimizers(0.0, 3e-3, (0.9, 0.95), 'cpu')
+        for _ in range(30):
+            loss = m(idx, tgt)[1]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        m.eval()
+        with torch.no_grad():
+            return m(idx, tgt)[2]['depth'].float().mean().item()
+    high, low = train(0.5), train(0.0)
+    assert low > 3.5 and high < 2.5, (high, low)
+
+
+# ---------------------------------------------------------------- 11. config validation
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(n_embd=30, n_head=4), "n_embd"),
+    (dict(loops=(2, 0)), "loops"),
+    (dict(loops=(-1,)), "loops"),
+    (dict(loops=(4,), supervise=(5,)), "supervise"),
+    (dict(loops=(2, 2), supervise=(0,)), "supervise"),
+    (dict(phantom=True, phantom_steps=0), "phantom_steps"),
+    (dict(act=True, supervise=(1,)), "supervise"),
+])
+def test_config_validation(kw, field):
+    with pytest.raises(ValueError, match=field):
+        cfg(**kw)
+
+
+def test_config_lists_become_tuples():
+    c = cfg(loops=[2, 3], supervise=[1, 5])
+    assert c.loops == (2, 3) and c.supervise == (1, 5)
+
+
+# ---------------------------------------------------------------- 12. generate
+
+def greedy_by_hand(m, idx, n, **kw):
+    for _ in range(n):
+        logits = m(idx[:, -m.config.block_size:], **kw)[0]
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return idx
+
+
+@pytest.mark.parametrize("kind", ["plain", "two_segments", "exit", "exit_two_segments", "act"])
+def test_generate_kv_cache_matches_no_cache(kind):
+    if kind == "act":
+        m = act_model(loops=(5,), seed=2)
+        with torch.no_grad():
+            m.segments[0].gate.weight.normal_(0, 1.0)
+            m.segments[0].gate.bias.fill_(-1.0)
+    else:
+        m = gen_model(loops=(2, 3) if "two_segments" in kind else (4,))
+    m.eval()
+    exit = ('maxprob', 0.3) if kind.startswith("exit") else None
+    idx = batch(2, 5)[0]
+    torch.manual_seed(0)
+    a, da = m.generate(idx, 8, top_k=1, exit=exit, kv_cache=True, return_depth=True)
+    b, db = m.generate(idx, 8, top_k=1, exit=exit, kv_cache=False, return_depth=True)
+    assert a.shape == (2, 13) and torch.equal(a[:, :5], idx)
+    assert torch.equal(a, b) and torch.equal(da, db)
+    assert torch.equal(a, greedy_by_hand(m, idx, 8, exit=exit))
+    assert len(a[:, 5:].unique()) >= 3  # varied continuations, not one token repeated
+    if kind in ("exit", "exit_two_segments", "act"):
+        assert len(da.unique()) >= 2, "test needs tokens with different depths"
+
+
+def test_generate_past_block_size_crops_context():
+    m = make(loops=(2,))
+    m.eval()
+    idx = batch(2, 6)[0]
+    a = m.generate(idx, 20, top_k=1, kv_cache=True)
+    b = m.generate(idx, 20, top_k=1, kv_cache=False)
+    assert a.shape == (2, 26)
+    assert torch.equal(a, b)
+    assert torch.equal(a, greedy_by_hand(m, idx, 20))
+    with pytest.raises(ValueError, match="block_size"):
+        m(torch.zeros(1, 17, dtype=torch.long))
+
+
+def test_generate_two_segments_n_loops_override():
+    m = make(loops=(2, 3))
+    m.eval()
+    idx = batch(1, 4)[0]
+    a, d = m.generate(idx, 6, top_k=1, n_loops=(1, 2), return_depth=True)
+    assert torch.equal(a, m.generate(idx, 6, top_k=1, n_loops=(1, 2), kv_cache=False))
+    assert torch.equal(a, greedy_by_hand(m, idx, 6, n_loops=(1, 2)))
+    assert (d == 3).all()
+
+
+def test_generate_tiny_top_p_and_temperature_are_greedy():
+    m = make(loops=(2,))
+    m.eval()
+    idx = batch(3, 4)[0]
+    greedy = m.generate(idx, 10, top_k=1)
+    for seed in range(2):
+        torch.manual_seed(seed)
+        assert torch.equal(m.generate(idx, 10, top_p=1e-6), greedy)
+        torch.manual_seed(seed)
+        assert torch.equal(m.generate(idx, 10, temperature=1e-6), greedy)
+    torch.manual_seed(0)
+    sampled = m.generate(idx, 10)
+    assert not torch.equal(sampled, greedy)  # plain sampling from a near-uniform model differs
+
+
+class FixedLogits:
+    """Replace model.forward by fixed next-token logits, and catch the distribution generate samples from."""
+    def __init__(self, m, logits, monkeypatch):
+        self.probs = []
+        monkeypatch.setattr(m, 'forward', lambda idx, *a, **k: (logits.expand(idx.size(0), idx.size(1), -1).clone(), None,
+                                                                dict(depth=torch.ones(idx.shape, dtype=torch.long))))
+        orig = torch.multinomial
+
+        def spy(p, num_samples):
+            self.probs.append(p.clone())
+            return orig(p, num_samples)
+        monkeypatch.setattr(torch, 'multinomial', spy)
+
+
+def test_generate_repetition_penalty_lowers_seen_tokens(monkeypatch):
+    m = make(vocab_size=5)
+    logits = torch.tensor([2.0, 1.0, -1.0, 0.5, 0.0])
+    fx = FixedLogits(m, logits, monkeypatch)
+    idx = torch.tensor([[0, 2, 0]])
+    m.generate(idx, 1, repetition_penalty=1.0)
+    m.generate(idx, 1, repetition_penalty=1.5)
+    base, pen = fx.probs
+    assert torch.allclose(base[0], logits.softmax(-1))
+    expect = torch.tensor([2.0 / 1.5, 1.0, -1.0 * 1.5, 0.5, 0.0]).softmax(-1)
+    assert torch.allclose(pen[0], expect, atol=1e-6)
+    assert pen[0, 0] < base[0, 0] and pen[0, 2] < base[0, 2]  # seen tokens less likely
+    assert pen[0, 1] > base[0, 1] and pen[0, 3] > base[0, 3]  # unseen ones gain
+
+
+def test_generate_top_p_and_top_k_filters(monkeypatch):
+    m = make(vocab_size=5)
+    logits = torch.tensor([0.0, 3.0, 1.0, 2.0, -1.0])
+    fx = FixedLogits(m, logits, monkeypatch)
+    idx = torch.tensor([[4]])
+    p = logits.softmax(-1)  # sorted: 1 (.64), 3 (.24), 2 (.09), ...
+    m.generate(idx, 1, top_p=0.7)
+    m.generate(idx, 1, top_k=2)
+    m.generate(idx, 1, top_p=1e-6)
+    m.generate(idx, 1, temperature=0.5)
+    keep2 = torch.zeros(5)
+    keep2[[1, 3]] = p[[1, 3]] / p[[1, 3]].sum()
+    assert torch.allclose(fx.probs[0][0], keep2, atol=1e-6)
+    assert torch.allclose(fx.probs[1][0], keep2, atol=1e-6)
+    assert torch.equal(fx.probs[2][0], torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0]))
+    assert torch.allclose(fx.probs[3][0], (logits / 0.5).softmax(-1), atol=1e-6)
+
+
+def test_generate_return_depth():
+    m = gen_model(loops=(4,))
+    m.eval()
+    idx = batch(2, 4)[0]
+    out, d = m.generate(idx, 6, top_k=1, return_depth=True)
+    assert d.shape == (2, 6) and d.dtype == torch.long and (d == 4).all()
+    out, d = m.generate(idx, 6, top_k=1, exit=('maxprob', 0.3), return_depth=True)
+    assert d.min() >= 1 and d.max() <= 4 and len(d.unique()) >= 2
+    for j in range(6):  # the depth spent on the position that predicted new token j
+        info = m(out[:, :4 + j], exit=('maxprob', 0.3))[2]
+        assert torch.equal(d[:, j], info['depth'][:, -1])
+
+
+# ---------------------------------------------------------------- 13. checkpoints
+
+def save_good(path):
+    m = make(loops=(2, 1), supervise=(1,))
+    torch.save({'model': m.state_dict(), 'model_args': model_args(m.config), 'iter_num': 7}, path)
+    return m
+
+
+def test_checkpoint_round_trip(tmp_path):
+    p = tmp_path / "ckpt.pt"
+    m = save_good(p)
+    m2, ck = load_checkpoint(str(p))
+    assert ck['iter_num'] == 7 and m2.config == m.config and m2.config.loops == (2, 1)
+    idx = batch()[0]
+    m.eval()
+    m2.eval()
+    with torch.no_grad():
+        assert torch.equal(m(idx)[0], m2(idx)[0])
+
+
+class Exploit:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import builtins
+        return (builtins.exec, (f"open({str(self.marker)!r}, 'w').write('pwned')",))
+
+
+def test_checkpoint_with_pickled_program_is_refused(tmp_path):
+    marker = tmp_path / "marker"
+    p = tmp_path / "evil.pt"
+    m = make()
+    torch.save({'model': m.state_dict(), 'model_args': model_args(m.config), 'x': Exploit(marker)}, p)
+    with pytest.raises(ValueError, match="evil.pt"):
+        load_checkpoint(str(p))
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "random", "text", "empty", "not_a_dict", "state_dict_only", "bad_args"])
+def test_bad_checkpoint_files_raise_value_error_naming_the_file(tmp_path, kind):
+    good = tmp_path / "good.pt"
+    save_good(good)
+    p = tmp_path / f"{kind}.pt"
+    if kind == "truncated":
+        data = good.read_bytes()
+        p.write_bytes(data[:len(data) // 2])
+    elif kind == "random":
+        p.write_bytes(bytes(torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(0)).tolist()))
+    elif kind == "text":
+        p.write_text("out_dir = 'out'\nmax_iters = 100\n")
+    elif kind == "empty":
+        p.write_bytes(b"")
+    elif kind == "not_a_dict":
+        torch.save([1, 2, 3], p)
+    elif kind == "state_dict_only":
+        torch.save(make().state_dict(), p)
+    else:  # a dict with unknown config keys
+        torch.save({'model': {}, 'model_args': {'n_layer': 3}}, p)
+    with pytest.raises(ValueError, match=f"{kind}.pt"):
+        load_checkpoint(str(p))
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        load_checkpoint(str(tmp_path / "nope.pt"))
+
+
+def test_invalid_model_args_names_file(tmp_path):
+    p = tmp_path / "badcfg.pt"
+    m = make()
+    torch.save({'model': m.state_dict(), 'model_args': {**model_args(m.config), 'loops': (0,)}}, p)
+    with pytest.raises(ValueError, match="badcfg.pt"):
+        load_checkpoint(str(p))
+
+
+def test_chunked_kv_cache_matches_full():
+    m = gen_model(loops=(2,))
+    m.eval()
+    idx = batch(1, 8)[0]
+    with torch.no_grad():
+        full = m(idx)[0]
+        cache = []
+        a = m(idx[:, :4], cache=cache)[0]
+        b = m(idx[:, 4:], cache=cache)[0]
+    assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
