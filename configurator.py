@@ -39,7 +39,8 @@ for _arg in sys.argv[1:]:
             _src = open(_arg).read()
         except OSError:
             sys.exit(f"error: config file '{_arg}' not found (see config/ for the available ones)")
-        print(f"Overriding config with {_arg}")
+        if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
+            print(f"Overriding config with {_arg}")
         _cfg = {}
         # include('v5.py') inside a config file runs another config of the same folder first (its base)
         _include = lambda name, _dir=os.path.dirname(_arg): exec(open(os.path.join(_dir, name)).read(), {'include': _include}, _cfg)
@@ -56,4 +57,5 @@ for _arg in sys.argv[1:]:
         except (SyntaxError, ValueError):
             pass  # a bare string, e.g. --dataset=topics
         _set(_k, _v, _arg)
-        print(f"Overriding: {_k} = {globals()[_k]!r}")
+        if os.environ.get('RANK', '0') == '0':
+            print(f"Overriding: {_k} = {globals()[_k]!r}")

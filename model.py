@@ -6,6 +6,7 @@ Each tied segment applies ONE block k times with a learnable step size alpha:
 Read GPT.forward first, then Loop.forward (the tied loop, phantom gradient, exit, ACT).
 """
 import math
+import pickle
 import itertools
 from dataclasses import dataclass, fields
 import torch
@@ -168,8 +169,6 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * max(n_layers, 1)) if name.endswith('proj.weight') else 0.02)
             elif name.endswith('bias') and 'gate' not in name:
                 nn.init.zeros_(p)
-        distinct, effective = self.num_params()
-        print(f"parameters: {distinct / 1e6:.2f}M distinct, {effective / 1e6:.2f}M effective (tied blocks unrolled {c.loops})")
 
     def num_params(self):
         distinct = sum(p.numel() for p in self.parameters())
@@ -282,9 +281,12 @@ def load_checkpoint(path, device='cpu'):
         raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py ...) or set --out_dir")
     except ValueError as e:  # a config the checkpoint should never have held
         raise ValueError(f"{path}: {e}") from None
-    except Exception as e:  # truncated, foreign, or carrying a pickled program
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} is not a readable nanoloop checkpoint ({msg[:200]})") from None
+    except pickle.UnpicklingError as e:
+        if 'Weights only' in str(e):  # weights_only refused an object: unpickling it could have run code
+            raise ValueError(f"{path} is not a safe checkpoint: it holds objects other than tensors and plain data (refused)") from None
+        raise ValueError(f"{path} is truncated or not a nanoloop checkpoint") from None
+    except Exception:  # truncated or foreign
+        raise ValueError(f"{path} is truncated or not a nanoloop checkpoint") from None
     return model.to(device), ckpt
 
 def model_args(config):

@@ -118,6 +118,9 @@ for name, d in (('train', train_data), ('val', val_data)):
     if len(d) <= block_size + 1:
         raise ValueError(f"{data_dir}/{name}.bin has {len(d)} tokens, fewer than one block of {block_size + 1}: lower --block_size or prepare more data")
 raw_model = model
+if master:
+    distinct, effective = raw_model.num_params()
+    print(f"parameters: {distinct / 1e6:.2f}M distinct, {effective / 1e6:.2f}M effective (tied blocks unrolled {gptconf.loops})")
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':  # restore everything a step depends on, so the resumed run is bitwise the same
     optimizer.load_state_dict(ckpt['optimizer'])
@@ -171,6 +174,9 @@ def sample_depths():
     return tuple(min(2 * k, 1 + int(r)) for k, r in zip(gptconf.loops, torch.poisson(rates, generator=gen)))
 
 def save_checkpoint():
+    if not all(torch.isfinite(p).all() for p in raw_model.parameters()):  # never replace a good checkpoint with NaNs
+        print(f"not saving: the weights are no longer finite after iter {iter_num}; {ckpt_path} keeps the last good state")
+        return
     rng = {'torch': torch.get_rng_state(), 'data': gen.get_state()}
     if device_type == 'cuda':
         rng['cuda'] = torch.cuda.get_rng_state()
@@ -214,7 +220,7 @@ while iter_num < max_iters:
         dist.all_reduce(status)
     lossf, stopping = status[0].item(), status[1].item() > 0
     if not math.isfinite(lossf):
-        raise SystemExit(f"error: loss is {lossf} at iter {iter_num} (last good loss {last_loss}); alphas {raw_model.alphas()}. "
+        raise SystemExit(f"error: loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); alphas {raw_model.alphas()}. "
                          f"Lower --learning_rate or --alpha_init; {ckpt_path} was not overwritten.")
     if grad_clip != 0.0:
         torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip)
@@ -235,7 +241,9 @@ while iter_num < max_iters:
         if master:
             losses = estimate_loss()
             print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-            if losses['val'] < best_val_loss or always_save_checkpoint:
+            if not math.isfinite(losses['val']):  # this very step diverged: the next loss check stops every rank
+                print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
+            elif losses['val'] < best_val_loss or always_save_checkpoint:
                 best_val_loss = min(best_val_loss, losses['val'])
                 save_checkpoint()
         t0 = time.time()

@@ -1,0 +1,303 @@
+"""End to end: configurator, prepare -> train -> resume -> sample, log lines, checkpoint contents, a paper config
+and torchrun, every script run as a subprocess (CPU, tiny models, byte-level data made here, no network).
+
+Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts run in a `@work` function
+that the module starts in the background (a few threads, in test order) as soon as the first test asks;
+the test itself then only waits for its own results and asserts."""
+import json, os, random, re, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+# ---------------------------------------------------------------- helpers (the same in test_reliability.py)
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
+TINY = ['--dataset=tiny', '--n_embd=32', '--n_head=2', '--n_prelude=1', '--loops=(2,)', '--n_coda=1', '--block_size=32',
+        '--batch_size=4', '--eval_iters=2', '--log_interval=1', '--device=cpu', '--warmup_iters=2', '--lr_decay_iters=100']
+META = {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16'}
+WORDS = ("the of and to in is was that for on with as by at from his her this which or had not but are be they one all "
+         "we their there when an she more so were if would them about what out up into some time could no first").split()
+
+
+def make_data(root, name='tiny', n_docs=300):
+    """data/<name>/ in prepare.py's format: byte tokens, EOT=256 after every document."""
+    rng = random.Random(0)
+    docs = [' '.join(rng.choice(WORDS) for _ in range(rng.randint(10, 60))).capitalize() + '.' for _ in range(n_docs)]
+    ids = lambda ds: np.array([t for d in ds for t in list(d.encode()) + [256]], np.uint16)
+    d = Path(root, 'data', name)
+    d.mkdir(parents=True, exist_ok=True)
+    ids(docs[:-30]).tofile(d / 'train.bin')
+    ids(docs[-30:]).tofile(d / 'val.bin')
+    (d / 'meta.json').write_text(json.dumps(META))
+    (d / 'eval.jsonl').write_text(''.join(json.dumps({'topic': 'words', 'text': t}) + '\n' for t in docs[:3]))
+    return d
+
+
+def start(cwd, script, *args, env=None, launcher=()):
+    return subprocess.Popen([sys.executable, *launcher, str(REPO / script), *map(str, args)], cwd=cwd, env=env or ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(p, timeout=240):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"{p.args} timed out\n{out}\n{err}")
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def run(cwd, script, *args, **kw):
+    return finish(start(cwd, script, *args, **kw))
+
+
+def run_all(*jobs):
+    """(cwd, script, *args) jobs, all at once -> their results."""
+    return [finish(p) for p in [start(*job) for job in jobs]]
+
+
+def ok(r):
+    assert r.returncode == 0, f"{r.args}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def one_line_error(r, *words):
+    """Failed, no traceback, exactly one 'error: ...' line in stderr, containing every word."""
+    assert r.returncode != 0, f"{r.args} should fail\n{r.stdout}\n{r.stderr}"
+    assert 'Traceback' not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith('error:')]
+    assert len(errors) == 1, f"want one 'error:' line in stderr, got:\n{r.stderr}"
+    for w in words:
+        assert w.lower() in errors[0].lower(), f"{w!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+def losses(out):
+    """{iteration: logged training loss}"""
+    return {int(i): float(v) for i, v in re.findall(r'^iter (\d+): loss (\S+?),', out, re.M)}
+
+
+def log_lines(out):
+    return [line for line in out.splitlines() if re.match(r'iter \d+: loss ', line)]
+
+
+def load(path):
+    return torch.load(path, weights_only=True)
+
+
+WORK = {}  # test name -> its background work: f(folder, **test params) -> what the test checks
+
+
+def work(fn):
+    WORK['test_' + fn.__name__] = fn
+    return fn
+
+
+class Jobs:
+    """The background work of this module's selected tests, started in test order on 3 threads."""
+    def __init__(self, module, items, tmp_path_factory):
+        self.tmp, self.pool, self.futures = tmp_path_factory, ThreadPoolExecutor(3), {}
+        for item in items:
+            if getattr(item, 'module', None) is module and getattr(item, 'originalname', None) in WORK:
+                self.submit(item.name, item.originalname, item.callspec.params if hasattr(item, 'callspec') else {})
+
+    def submit(self, name, test, params):
+        folder = self.tmp.mktemp(re.sub(r'\W+', '_', name)[:60])
+        self.futures[name] = self.pool.submit(WORK[test], folder, **params)
+
+    def __getitem__(self, name):  # a test's results; a plain test's work starts here if it was not selected
+        if name not in self.futures:
+            self.submit(name, name, {})
+        return self.futures[name].result()
+
+
+@pytest.fixture(scope='module')
+def jobs(request, tmp_path_factory):
+    jobs = Jobs(request.module, request.session.items, tmp_path_factory)
+    yield jobs
+    jobs.pool.shutdown(cancel_futures=True)
+
+
+@pytest.fixture
+def job(jobs, request):
+    return jobs[request.node.name]
+
+
+# ---------------------------------------------------------------- configurator
+@work
+def configurator_errors_and_accepted_values(d):
+    make_data(d)
+    return run_all(
+        (d, 'train.py', '--learnin_rate=1'),
+        (d, 'train.py', '--batch_size=abc'),
+        (d, 'train.py', 'config/does_not_exist.py'),
+        # bools from true/False, an int for a float, an int for a tuple; eval_only stops after one evaluation
+        (d, 'train.py', *TINY, '--compile=true', '--compile=False', '--learning_rate=1', '--loops=4', '--eval_only=True'))
+
+
+def test_configurator_errors_and_accepted_values(job):
+    unknown, wrong_type, no_file, accepted = job
+    assert "did you mean 'learning_rate'" in one_line_error(unknown, 'unknown config key', 'learnin_rate')
+    one_line_error(wrong_type, 'batch_size', 'type int', 'abc')
+    one_line_error(no_file, 'config/does_not_exist.py', 'not found')
+    out = ok(accepted)
+    assert 'Overriding: compile = True' in out and 'Overriding: compile = False' in out
+    assert 'Overriding: learning_rate = 1.0' in out
+    assert 'Overriding: loops = (4,)' in out
+    assert '(tied blocks unrolled (4,))' in out  # the model really has one segment of 4
+    assert re.search(r'^iter 0: train loss \d+\.\d+, val loss \d+\.\d+$', out, re.M)
+
+
+# ---------------------------------------------------------------- prepare -> train -> resume -> sample
+SPEAKERS = ['ROMEO', 'JULIET', 'NURSE', 'MERCUTIO', 'TYBALT', 'BENVOLIO']
+
+
+def make_mirror(root):
+    """A few KB of speeches where prepare.py --mirror looks for tinyshakespeare."""
+    rng = random.Random(1)
+    speeches = [f"{rng.choice(SPEAKERS)}:\n" + '\n'.join(' '.join(rng.choice(WORDS) for _ in range(8)).capitalize() + ','
+                                                       for _ in range(rng.randint(1, 3))) for _ in range(80)]
+    path = Path(root, 'mirror', 'raw.githubusercontent.com', 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt')
+    path.parent.mkdir(parents=True)
+    path.write_text('\n\n'.join(speeches) + '\n')
+
+
+def samples(out, prompt):
+    """sample.py's stdout -> [legend line (with --show_depth)] + one entry per sample (each starts with prompt)."""
+    m = re.search(rf'^(loop depth:|{re.escape(prompt)})', out, re.M)
+    assert m, f"no sample starting with {prompt!r} in:\n{out}"
+    body = out[m.start():]
+    head, sep, rest = body.partition('\n') if body.startswith('loop depth:') else ('', '', body)
+    return ([head] if sep else []) + rest.split('\n---------------\n')[:-1]
+
+
+# two tied segments with multi-depth supervision: the log shows every supervised depth and both alphas
+CHAIN = [*TINY, '--dataset=shakespeare_byte', '--loops=(2,1)', '--supervise=(1,2)', '--eval_interval=4']
+
+
+@work
+def prepare_train_resume_sample(d):
+    make_mirror(d)
+    r = {'dir': d}
+    r['prepare'] = run(d, 'prepare.py', '--dataset=shakespeare', '--tokenizer=byte', '--mirror=mirror', '--eval_docs=5')
+    r['train'] = run(d, 'train.py', *CHAIN, '--max_iters=4')
+    r['ckpt_after_train'] = load(d / 'out' / 'ckpt.pt') if r['train'].returncode == 0 else None
+    r['resume'] = run(d, 'train.py', *CHAIN, '--init_from=resume', '--max_iters=7')
+    (d / 'prompt.txt').write_text('JULIET:\n')
+    r['painted'], r['from_file'] = run_all(
+        (d, 'sample.py', '--start=ROMEO:', '--num_samples=2', '--max_new_tokens=6', '--top_p=0.9',
+         '--repetition_penalty=1.3', '--n_loops=3', '--show_depth=True', '--device=cpu'),
+        (d, 'sample.py', '--start=FILE:prompt.txt', '--num_samples=3', '--max_new_tokens=5', '--temperature=0.5',
+         '--top_k=5', '--device=cpu'))
+    return r
+
+
+def test_prepare_train_resume_sample(job):
+    out = ok(job['prepare'])
+    data = job['dir'] / 'data' / 'shakespeare_byte'
+    assert {p.name for p in data.iterdir()} >= {'train.bin', 'val.bin', 'meta.json', 'eval.jsonl'}, out
+    assert json.loads((data / 'meta.json').read_text())['vocab_size'] == 257
+
+    first = ok(job['train'])
+    assert sorted(losses(first)) == [1, 2, 3, 4]
+    assert job['ckpt_after_train']['iter_num'] == 4
+
+    # resume: the architecture comes from the checkpoint, the iteration count continues
+    second = ok(job['resume'])
+    assert 'resuming from out/ckpt.pt' in second and 'training from iter 4' in second
+    assert sorted(losses(second)) == [5, 6, 7]
+    assert load(job['dir'] / 'out' / 'ckpt.pt')['iter_num'] == 7
+
+    # --show_depth: a legend, then each new token on an ANSI background; --n_loops=3 -> depth 3 + 3 = 6 (red)
+    legend, *shown = samples(ok(job['painted']), 'ROMEO:')
+    assert legend.startswith('loop depth:') and ' 6 ' in legend and '\x1b[' in legend
+    assert len(shown) == 2  # --num_samples
+    for s in shown:
+        assert s.startswith('ROMEO:')
+        assert s.count('\x1b[48;5;') == 6  # --max_new_tokens: one painted token each
+        assert s.count('\x1b[48;5;196m') == 6  # every token at the maximum depth, 6
+    shown = samples(ok(job['from_file']), 'JULIET:\n')  # FILE: prompt
+    assert len(shown) == 3 and all(s.startswith('JULIET:\n') for s in shown)
+    assert '\x1b[' not in ''.join(shown)
+
+
+def test_log_line_content(jobs):
+    job = jobs['test_prepare_train_resume_sample']
+    lines = log_lines(ok(job['train']))
+    assert len(lines) == 4
+    for line in lines:  # loss, per-depth losses (supervise=(1,2) + the final depth 3), both alphas, speed
+        assert re.search(r'loss \d+\.\d+, depths k1:\d+\.\d+ k2:\d+\.\d+ k3:\d+\.\d+', line), line
+        assert re.search(r'alpha 0\.\d+/0\.\d+', line), line
+        assert re.search(r'\d+ms/iter', line) and re.search(r'\d[\d,]* tok/s', line), line
+
+
+def test_checkpoint_loads_with_weights_only(jobs):
+    job = jobs['test_prepare_train_resume_sample']
+    ckpt = job['ckpt_after_train']  # torch.load(weights_only=True): tensors and plain data only
+    assert ckpt is not None, job['train'].stderr
+    assert {'model', 'optimizer', 'model_args', 'iter_num', 'config'} <= set(ckpt)
+    assert ckpt['iter_num'] == 4
+    assert ckpt['model_args']['loops'] == (2, 1) and ckpt['model_args']['supervise'] == (1, 2)
+    assert ckpt['model_args']['vocab_size'] == 257 and ckpt['model_args']['n_embd'] == 32
+    assert ckpt['config']['dataset'] == 'shakespeare_byte' and ckpt['config']['max_iters'] == 4
+    assert 'state' in ckpt['optimizer'] and 'param_groups' in ckpt['optimizer']
+    assert ckpt['model'] and all(isinstance(v, torch.Tensor) for v in ckpt['model'].values())
+
+
+# ---------------------------------------------------------------- ACT
+@work
+def act_log_shows_depth_and_ponder(d):
+    make_data(d)
+    return run(d, 'train.py', *TINY, '--act=True', '--loops=(3,)', '--max_iters=2', '--eval_interval=100')
+
+
+def test_act_log_shows_depth_and_ponder(job):
+    lines = log_lines(ok(job))
+    assert len(lines) == 2
+    for line in lines:
+        m = re.search(r'depth (\d+\.\d+) ponder (\d+\.\d+)', line)
+        assert m, line
+        depth, ponder = map(float, m.groups())
+        assert 1 <= depth <= 3 and ponder >= depth  # mean loops used; ponder = N + R >= N
+        assert re.search(r'alpha \d\.\d+', line), line
+
+
+# ---------------------------------------------------------------- the paper's best config
+@work
+def v13_config_starts_training(d):
+    if not (REPO / 'config' / 'v13.py').exists():
+        return None
+    make_data(d)
+    return run(d, 'train.py', REPO / 'config' / 'v13.py', '--phantom=False', '--dataset=tiny', '--max_iters=1',
+               '--batch_size=1', '--block_size=32', '--eval_iters=1', '--gradient_accumulation_steps=1',
+               '--device=cpu', '--dtype=float32', '--compile=False', '--out_dir=out'), d
+
+
+def test_v13_config_starts_training(job):
+    if job is None:
+        pytest.skip('config/v13.py does not exist yet')
+    r, d = job
+    line, = log_lines(ok(r))
+    assert re.search(r'alpha 0\.\d+/0\.\d+/0\.\d+', line), line  # three tied segments
+    args = load(d / 'out' / 'ckpt.pt')['model_args']
+    assert args['loops'] == (10, 10, 10) and args['n_embd'] == 320 and args['phantom'] is False
+
+
+# ---------------------------------------------------------------- torchrun
+@work
+def torchrun_two_processes_cpu(d):
+    make_data(d)
+    return run(d, 'train.py', *TINY, '--max_iters=3', '--eval_interval=3', '--gradient_accumulation_steps=2',
+               '--backend=gloo', launcher=('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2')), d
+
+
+def test_torchrun_two_processes_cpu(job):
+    r, d = job
+    out = ok(r)
+    assert [int(l.split(':')[0][5:]) for l in log_lines(out)] == [1, 2, 3]  # each iteration logged once (rank 0)
+    assert 'tokens per iteration: 256' in out  # 2 processes x 1 micro step x 4 x 32
+    assert load(d / 'out' / 'ckpt.pt')['iter_num'] == 3
