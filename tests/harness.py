@@ -1,0 +1,124 @@
+"""Shared by test_train.py and test_reliability.py: tiny byte-level data, running scripts as subprocesses, and
+one-line-error checks. Most of each script run is torch's import (~2 s of CPU), so each test's scripts run in a
+`@work` function that its module starts in the background (a few threads, in test order) as soon as the first
+test asks; the test itself then only waits for its own results and asserts."""
+import json, os, random, re, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
+TINY = ['--dataset=tiny', '--n_embd=32', '--n_head=2', '--n_prelude=1', '--loops=(2,)', '--n_coda=1', '--block_size=32',
+        '--batch_size=4', '--eval_iters=2', '--log_interval=1', '--device=cpu', '--warmup_iters=2', '--lr_decay_iters=100']
+META = {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16'}
+WORDS = ("the of and to in is was that for on with as by at from his her this which or had not but are be they one all "
+         "we their there when an she more so were if would them about what out up into some time could no first").split()
+
+
+def make_data(root, name='tiny', n_docs=300):
+    """data/<name>/ in prepare.py's format: byte tokens, EOT=256 after every document."""
+    rng = random.Random(0)
+    docs = [' '.join(rng.choice(WORDS) for _ in range(rng.randint(10, 60))).capitalize() + '.' for _ in range(n_docs)]
+    ids = lambda ds: np.array([t for d in ds for t in list(d.encode()) + [256]], np.uint16)
+    d = Path(root, 'data', name)
+    d.mkdir(parents=True, exist_ok=True)
+    ids(docs[:-30]).tofile(d / 'train.bin')
+    ids(docs[-30:]).tofile(d / 'val.bin')
+    (d / 'meta.json').write_text(json.dumps(META))
+    (d / 'eval.jsonl').write_text(''.join(json.dumps({'topic': 'words', 'text': t}) + '\n' for t in docs[:3]))
+    return d
+
+
+def start(cwd, script, *args, env=None, launcher=()):
+    return subprocess.Popen([sys.executable, *launcher, str(REPO / script), *map(str, args)], cwd=cwd, env=env or ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(p, timeout=240):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        raise AssertionError(f"{p.args} timed out\n{out}\n{err}")
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def run(cwd, script, *args, **kw):
+    return finish(start(cwd, script, *args, **kw))
+
+
+def run_all(*jobs):
+    """(cwd, script, *args) jobs, all at once -> their results."""
+    return [finish(p) for p in [start(*job) for job in jobs]]
+
+
+def ok(r):
+    assert r.returncode == 0, f"{r.args}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    return r.stdout
+
+
+def one_line_error(r, *words):
+    """Failed, no traceback, exactly one 'error: ...' line in stderr, containing every word."""
+    assert r.returncode != 0, f"{r.args} should fail\n{r.stdout}\n{r.stderr}"
+    assert 'Traceback' not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith('error:')]
+    assert len(errors) == 1, f"want one 'error:' line in stderr, got:\n{r.stderr}"
+    for w in words:
+        assert w.lower() in errors[0].lower(), f"{w!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+def losses(out):
+    """{iteration: logged training loss}"""
+    return {int(i): float(v) for i, v in re.findall(r'^iter (\d+): loss (\S+?),', out, re.M)}
+
+
+def log_lines(out):
+    return [line for line in out.splitlines() if re.match(r'iter \d+: loss ', line)]
+
+
+def load(path):
+    return torch.load(path, weights_only=True)
+
+
+WORK = {}  # (module, test name) -> its background work: f(folder, **test params) -> what the test checks
+
+
+def work(fn):
+    WORK[fn.__module__, 'test_' + fn.__name__] = fn
+    return fn
+
+
+class Jobs:
+    """The background work of this module's selected tests, started in test order on 3 threads."""
+    def __init__(self, module, items, tmp_path_factory):
+        self.module, self.tmp, self.pool, self.futures = module.__name__, tmp_path_factory, ThreadPoolExecutor(3), {}
+        for item in items:
+            if getattr(item, 'module', None) is module and (module.__name__, getattr(item, 'originalname', None)) in WORK:
+                self.submit(item.name, item.originalname, item.callspec.params if hasattr(item, 'callspec') else {})
+
+    def submit(self, name, test, params):
+        folder = self.tmp.mktemp(re.sub(r'\W+', '_', name)[:60])
+        self.futures[name] = self.pool.submit(WORK[self.module, test], folder, **params)
+
+    def __getitem__(self, name):  # a test's results; a plain test's work starts here if it was not selected
+        if name not in self.futures:
+            self.submit(name, name, {})
+        return self.futures[name].result()
+
+
+@pytest.fixture(scope='module')
+def jobs(request, tmp_path_factory):
+    jobs = Jobs(request.module, request.session.items, tmp_path_factory)
+    yield jobs
+    jobs.pool.shutdown(cancel_futures=True)
+
+
+@pytest.fixture
+def job(jobs, request):
+    return jobs[request.node.name]
