@@ -8,7 +8,7 @@ import os
 import time
 from contextlib import nullcontext
 import torch
-from model import GPTConfig, GPT, model_args
+from model import GPTConfig, GPT
 
 ks = (1, 4, 12, 24)  # loop depths to measure (every tied segment gets k)
 batch_size = 16

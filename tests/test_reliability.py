@@ -4,9 +4,7 @@ input, every script run as a subprocess (CPU, tiny models, byte-level data made 
 Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts run in a `@work` function
 that the module starts in the background (a few threads, in test order) as soon as the first test asks;
 the test itself then only waits for its own results and asserts."""
-import json, os, random, re, shutil, signal, socket, subprocess, sys, threading, time
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+import json, os, re, shutil, signal, socket, subprocess, threading, time
 
 import numpy as np
 import pytest

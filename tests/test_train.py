@@ -4,11 +4,8 @@ and torchrun, every script run as a subprocess (CPU, tiny models, byte-level dat
 Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts run in a `@work` function
 that the module starts in the background (a few threads, in test order) as soon as the first test asks;
 the test itself then only waits for its own results and asserts."""
-import json, os, random, re, subprocess, sys
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+import json, re
 
-import numpy as np
 import pytest
 import torch
 
