@@ -147,7 +147,7 @@ class Loop(nn.Module):
                 running = running & ~stop
             if on_step is not None:
                 on_step(i + 1, z)
-            if slots is None and not running.any():
+            if (self.c.act or exit) and slots is None and not running.any():  # (.any() syncs a GPU: only when needed)
                 break  # every token has stopped (with a KV cache we keep going so later steps' cache slots exist)
         return (out if self.c.act else z), depth, (ponder if self.c.act else None), resid
 
