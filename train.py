@@ -135,12 +135,11 @@ if compile:
 if ddp:
     model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == 'cuda' else None)
 
-def get_batch(data, ix):
-    x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in ix.tolist()])
-    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in ix.tolist()])
+def get_batch(data, ix):  # rows of block_size + 1 tokens: inputs, and the same shifted by one as targets
+    xy = torch.stack([torch.from_numpy(data[i:i + block_size + 1].astype(np.int64)) for i in ix.tolist()])
     if device_type == 'cuda':
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x, y
+        xy = xy.pin_memory().to(device, non_blocking=True)
+    return xy[:, :-1], xy[:, 1:]
 
 @torch.no_grad()
 def estimate_loss():
