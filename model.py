@@ -6,7 +6,6 @@ Each tied segment applies ONE block k times with a learnable step size alpha:
 Read GPT.forward first, then Loop.forward (the tied loop, phantom gradient, exit, ACT).
 """
 import math
-import pickle
 import itertools
 from dataclasses import dataclass, fields
 import torch
@@ -281,12 +280,10 @@ def load_checkpoint(path, device='cpu'):
         raise FileNotFoundError(f"no checkpoint at {path}: train one first (python train.py ...) or set --out_dir")
     except ValueError as e:  # a config the checkpoint should never have held
         raise ValueError(f"{path}: {e}") from None
-    except pickle.UnpicklingError as e:
-        if 'Weights only' in str(e):  # weights_only refused an object: unpickling it could have run code
-            raise ValueError(f"{path} is not a safe checkpoint: it holds objects other than tensors and plain data (refused)") from None
-        raise ValueError(f"{path} is truncated or not a nanoloop checkpoint") from None
-    except Exception:  # truncated or foreign
-        raise ValueError(f"{path} is truncated or not a nanoloop checkpoint") from None
+    except Exception as e:  # weights_only refuses anything but tensors and plain data: unpickling it could run code
+        why = ("is not a safe checkpoint: it holds objects other than tensors and plain data (refused)"
+               if 'Weights only' in str(e) else "is truncated or not a nanoloop checkpoint")
+        raise ValueError(f"{path} {why}") from None
     return model.to(device), ckpt
 
 def model_args(config):

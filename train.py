@@ -111,8 +111,6 @@ elif init_from == 'resume':
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
 else:
     raise ValueError(f"init_from={init_from!r}: use 'scratch' or 'resume'")
-if block_size > gptconf.block_size:
-    raise ValueError(f"block_size={block_size} is larger than the model's {gptconf.block_size}")
 train_data, val_data = load_tokens(data_dir, 'train'), load_tokens(data_dir, 'val')
 for name, d in (('train', train_data), ('val', val_data)):
     if len(d) <= block_size + 1:
