@@ -48,20 +48,22 @@ class GPTConfig:
 class Attention(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.n_head, self.dropout = c.n_head, c.dropout
+        self.n_head, self.dropout, self.block_size = c.n_head, c.dropout, c.block_size
         self.qkv = nn.Linear(c.n_embd, 3 * c.n_embd, bias=c.bias)
         self.proj = nn.Linear(c.n_embd, c.n_embd, bias=c.bias)
 
     def forward(self, x, kv=None):
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
-        if kv is not None:  # generation: this application's keys/values of earlier positions
-            if kv:
-                k, v = torch.cat([kv[0], k], 2), torch.cat([kv[1], v], 2)
-            kv[:] = [k, v]
+        if kv is not None:  # generation: kv = [keys, values, n filled] of this block application (see kv_slots)
+            if not kv:  # preallocated for block_size positions (gpt-fast's static cache): no torch.cat per token
+                kv[:] = [k.new_empty(B, self.n_head, self.block_size, C // self.n_head) for _ in 'kv'] + [0]
+            n = kv[2]
+            kv[0][:, :, n:n + T], kv[1][:, :, n:n + T], kv[2] = k, v, n + T
+            k, v = kv[0][:, :, :n + T], kv[1][:, :, :n + T]
         S = k.size(2)  # with cached keys the causal mask must be aligned bottom-right: query t sees keys <= S - T + t
-        mask = None if S == T else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and T > 1,
+        mask = None if S == T or T == 1 else torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=S == T > 1,
                                            dropout_p=self.dropout if self.training else 0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -112,26 +114,39 @@ class Loop(nn.Module):
         B, T, _ = z.shape
         alpha, grad_on, z_in = self.alpha(), torch.is_grad_enabled(), z
         n_grad = min(k, self.c.phantom_steps) if self.c.phantom and self.training else k
+        adaptive = self.c.act or exit is not None  # only then can tokens stop early
         running = torch.ones(B, T, dtype=torch.bool, device=z.device)
-        depth = torch.zeros(B, T, dtype=torch.long, device=z.device)
+        depth = torch.full((B, T), 0 if adaptive else k, dtype=torch.long, device=z.device)
         resid = torch.zeros(B, T, device=z.device)
+        used = []  # the cache slots of the last computed iteration (block, then readout blocks)
+        rec = record(slots, used) if slots else None
         if self.c.act:
             cum = torch.zeros(B, T, device=z.device)      # sum of h over the steps taken so far
             out = torch.zeros_like(z)                     # halting-weighted mean of the states
             ponder = torch.zeros(B, T, device=z.device)   # N + R per token
         for i in range(k):
+            if adaptive and not running.any():  # every token has stopped (.any() syncs a GPU: only when needed)
+                if slots is None:
+                    break
+                skip(slots, used, T)  # generation: skip the work, but fill this iteration's cache slots
+                continue
+            used.clear()
             # phantom gradient: the first k - n_grad steps run without a graph ...
             with torch.set_grad_enabled(grad_on and i >= k - n_grad):
-                z_new = z + alpha * (self.block(z, next(slots) if slots else None) - z)
+                z_new = torch.lerp(z, self.block(z, next(rec) if rec else None), alpha)  # z + alpha * (block(z) - z)
             if grad_on and not z_new.requires_grad:
                 # ... and their Jacobian is taken as the identity: a straight-through path from the segment's
                 # input, so the prelude and embeddings still get gradient (naive phantom gives them none)
                 z_new = z_in + (z_new - z_in).detach()
-            with torch.no_grad():  # relative residual |z_k - z_{k-1}| / |z_{k-1}|: a probe, not trained
-                r = (z_new - z).norm(dim=-1) / z.norm(dim=-1).clamp_min(1e-6)
-            resid = torch.where(running, r, resid)
-            depth = depth + running.long()
-            z = torch.where(running[..., None], z_new, z) if self.c.act or exit else z_new  # stopped tokens stay frozen
+            if adaptive or (i == k - 1 and not grad_on):  # relative residual |z_k - z_{k-1}| / |z_{k-1}|: a probe,
+                with torch.no_grad():                              # needed every step to stop on it, else the last step's
+                    r = (z_new - z).norm(dim=-1) / z.norm(dim=-1).clamp_min(1e-6)
+                resid = torch.where(running, r, resid)
+            if adaptive:
+                depth = depth + running.long()
+                z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
+            else:
+                z = z_new
             if self.c.act:  # Graves' ACT, per token
                 h = torch.sigmoid(self.gate(z).float()).squeeze(-1)
                 halt = running & ((cum + h >= 1 - eps) | (i == k - 1))
@@ -142,13 +157,28 @@ class Loop(nn.Module):
                 running = running & ~halt
             elif exit is not None:  # post-hoc per-token exit
                 kind, t = exit
-                stop = readout(z).float().softmax(-1).amax(-1) >= t if kind == 'maxprob' else r < t
+                stop = readout(z, rec).float().softmax(-1).amax(-1) >= t if kind == 'maxprob' else r < t
                 running = running & ~stop
             if on_step is not None:
                 on_step(i + 1, z)
-            if (self.c.act or exit) and slots is None and not running.any():  # (.any() syncs a GPU: only when needed)
-                break  # every token has stopped (with a KV cache we keep going so later steps' cache slots exist)
         return (out if self.c.act else z), depth, (ponder if self.c.act else None), resid
+
+def record(slots, used):
+    """Hand out cache slots, noting which ones this iteration used."""
+    for s in slots:
+        used.append(s)
+        yield s
+
+def skip(slots, used, T):
+    """The KV-cache rule for a skipped iteration: a chunk of T tokens that has stopped (exit or ACT) computes
+    nothing more, and a later token attending at this iteration sees the stopped tokens' latest computed keys
+    and values of the same block, i.e. those of the last iteration they ran."""
+    for prev in used:
+        s = next(slots)
+        if not s:
+            s[:] = [torch.empty_like(prev[0]), torch.empty_like(prev[1]), prev[2] - T]
+        n = s[2]
+        s[0][:, :, n:n + T], s[1][:, :, n:n + T], s[2] = prev[0][:, :, n:n + T], prev[1][:, :, n:n + T], n + T
 
 class GPT(nn.Module):
     def __init__(self, config):
@@ -197,7 +227,7 @@ class GPT(nn.Module):
         loops = self.depths(n_loops)
         # with a KV cache each block application (in call order) owns one slot of keys/values
         slots = None if cache is None else kv_slots(cache)
-        start = cache[0][0].size(2) if cache else 0
+        start = cache[0][2] if cache else 0
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than the model's block_size {self.config.block_size}")
         if exit is not None and (self.config.act or exit[0] not in ('maxprob', 'resid')):
@@ -214,7 +244,7 @@ class GPT(nn.Module):
             def supervised(i, state, done=done):  # multi-depth supervision: loss of the readout at this depth
                 if targets is not None and done + i in self.config.supervise and done + i != total:
                     losses[done + i] = ce(self.readout(state))
-            z, d, p, resid = seg(z, k, slots, exit, lambda s: self.readout(s, slots), supervised)
+            z, d, p, resid = seg(z, k, slots, exit, self.readout, supervised)
             depth, done = depth + d, done + k
             ponder = p if ponder is None else ponder + p
         logits = self.readout(z, slots)
@@ -237,7 +267,14 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True, return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T). With return_depth, also the loop depth spent predicting each new token."""
+        """Sample max_new_tokens tokens after idx (B, T). With return_depth, also the loop depth spent predicting each new token.
+        kv_cache: encode the prompt once, then run each new token alone against cached keys/values (one slot per block
+        application: each prelude block, each (segment, iteration) of a tied block, each readout of the exit check,
+        the coda). With an exit policy or the ACT gate, a new token that stops early skips its remaining iterations,
+        and later tokens read its last computed keys/values there (skip()); re-encoding (kv_cache=False) instead
+        re-projects its frozen state at every iteration, so the two may sample differently with exits, never at a
+        fixed depth. A chunk skips only when all its rows have stopped (a batch runs until its last row stops).
+        Past block_size, each step re-encodes the last block_size tokens: positions are learned, so keys can't slide."""
         cache, new_depths = None, []
         for _ in range(max_new_tokens):
             if kv_cache and cache is not None and idx.size(1) <= self.config.block_size:
@@ -263,7 +300,7 @@ class GPT(nn.Module):
         return (idx, torch.stack(new_depths, 1)) if return_depth else idx
 
 def kv_slots(cache):
-    """Yield one [keys, values] list per block application, in call order, growing the cache on the first pass."""
+    """Yield one [keys, values, n filled] list per block application, in call order, growing the cache on the first pass."""
     for i in itertools.count():
         if i == len(cache):
             cache.append([])

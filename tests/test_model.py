@@ -393,17 +393,22 @@ def test_exit_maxprob_freezes_tokens_and_matches_criterion():
     assert torch.equal(out, states[-1])
 
 
-def test_exit_resid_freezes_tokens():
-    m = make(loops=(6,), alpha_init=0.5)
-    with torch.no_grad():  # larger updates, so the residual changes from step to step
+def resid_model(k):
+    """-> (model, threshold): larger updates, so the residual changes from step to step, and a resid exit
+    threshold (the median residual at step 3) that stops some tokens early and not others."""
+    m = make(loops=(k,), alpha_init=0.5)
+    with torch.no_grad():
         m.segments[0].block.attn.proj.weight.mul_(30)
         m.segments[0].block.mlp.proj.weight.mul_(30)
-    m.eval()
+        free = run_loop(m, batch(4, 12)[0])[4]
+    r = [((b - a).norm(dim=-1) / a.norm(dim=-1)) for a, b in zip(free[:-1], free[1:])]
+    return m.eval(), r[2].median().item()
+
+
+def test_exit_resid_freezes_tokens():
+    m, t = resid_model(6)
     idx, _ = batch(4, 12)
     with torch.no_grad():
-        free = run_loop(m, idx)[4]
-        r = [((b - a).norm(dim=-1) / a.norm(dim=-1)) for a, b in zip(free[:-1], free[1:])]
-        t = r[2].median().item()
         out, depth, _, resid, states = run_loop(m, idx, exit=('resid', t))
         assert torch.equal(m(idx, exit=('resid', t))[2]['depth'], depth)
     assert depth.min() >= 1 and depth.max() <= 6 and len(depth.unique()) >= 2
@@ -633,27 +638,74 @@ def greedy_by_hand(m, idx, n, **kw):
     return idx
 
 
-@pytest.mark.parametrize("kind", ["plain", "two_segments", "exit", "exit_two_segments", "act"])
+def act_gen_model():
+    m = act_model(loops=(5,), seed=2)
+    with torch.no_grad():
+        m.segments[0].gate.weight.normal_(0, 1.0)
+        m.segments[0].gate.bias.fill_(-1.0)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["plain", "two_segments", "n_loops"])
 def test_generate_kv_cache_matches_no_cache(kind):
-    if kind == "act":
-        m = act_model(loops=(5,), seed=2)
-        with torch.no_grad():
-            m.segments[0].gate.weight.normal_(0, 1.0)
-            m.segments[0].gate.bias.fill_(-1.0)
-    else:
-        m = gen_model(loops=(2, 3) if "two_segments" in kind else (4,))
+    """At a fixed depth, cached and re-encoding generation are the same computation: same greedy tokens."""
+    m = gen_model(loops=(2, 3) if kind == "two_segments" else (4,))
     m.eval()
-    exit = ('maxprob', 0.3) if kind.startswith("exit") else None
+    n_loops = 7 if kind == "n_loops" else None
     idx = batch(2, 5)[0]
-    torch.manual_seed(0)
-    a, da = m.generate(idx, 8, top_k=1, exit=exit, kv_cache=True, return_depth=True)
-    b, db = m.generate(idx, 8, top_k=1, exit=exit, kv_cache=False, return_depth=True)
+    a, da = m.generate(idx, 8, top_k=1, n_loops=n_loops, kv_cache=True, return_depth=True)
+    b, db = m.generate(idx, 8, top_k=1, n_loops=n_loops, kv_cache=False, return_depth=True)
     assert a.shape == (2, 13) and torch.equal(a[:, :5], idx)
     assert torch.equal(a, b) and torch.equal(da, db)
-    assert torch.equal(a, greedy_by_hand(m, idx, 8, exit=exit))
+    assert torch.equal(a, greedy_by_hand(m, idx, 8, n_loops=n_loops))
     assert len(a[:, 5:].unique()) >= 3  # varied continuations, not one token repeated
-    if kind in ("exit", "exit_two_segments", "act"):
-        assert len(da.unique()) >= 2, "test needs tokens with different depths"
+
+
+def count_calls(module):
+    calls = []
+    module.register_forward_hook(lambda mod, inp, out: calls.append(inp[0].shape[1]))
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
+def test_cached_exit_skips_the_remaining_iterations(kind):
+    """With a KV cache, a new token that exits at iteration d runs the tied block d times, not k: the compute is saved."""
+    if kind == "resid":
+        m, t = resid_model(4)
+    else:
+        m, t = (act_gen_model() if kind == "act" else gen_model(loops=(4,))).eval(), 0.3
+    exit = None if kind == "act" else (kind, t)
+    k = m.config.loops[0]
+    calls = count_calls(m.segments[0].block)
+    idx = batch(1, 5)[0]
+    out, depth = m.generate(idx, 12, top_k=1, exit=exit, return_depth=True)
+    n_prompt = next(i for i, t in enumerate(calls) if t != 5)  # the prompt: one chunk, until all its tokens stop
+    assert 1 <= n_prompt <= k
+    steps = calls[n_prompt:]
+    assert all(t == 1 for t in steps)  # then one token at a time
+    assert len(steps) == depth[0, 1:].sum().item()  # exactly depth block calls per token fed back (depth[0, 0]: the prompt)
+    assert depth.min() < k and len(depth.unique()) >= 2, "test needs tokens that exit early"
+
+
+def test_skipped_iterations_reuse_the_last_computed_keys_values():
+    """The cache rule: at an iteration a token skipped, later tokens read its keys/values from its last iteration."""
+    m, t = resid_model(4)
+    P, k, exit = m.config.n_prelude, 4, ('resid', t)
+    idx = batch(1, 12)[0]
+    seen = set()
+    with torch.no_grad():
+        cache = []
+        m(idx[:, :4], exit=exit, cache=cache)
+        for t in range(4, 12):
+            d = m(idx[:, t:t + 1], exit=exit, cache=cache)[2]['depth'].item()
+            seen.add(d)
+            slot = lambda i: cache[P + i - 1]  # the tied block's slot at iteration i (resid exit: no readout slots)
+            assert all(slot(i)[2] == t + 1 for i in range(1, k + 1))
+            for i in range(2, k + 1):
+                same = torch.equal(slot(i)[0][:, :, t], slot(i - 1)[0][:, :, t])
+                assert same == (i > d), (t, d, i)  # copied iff skipped (computed keys differ from step to step)
+                assert torch.equal(slot(i)[1][:, :, t], slot(i - 1)[1][:, :, t]) == (i > d)
+    assert len(seen) >= 2 and min(seen) < k, "test needs tokens that exit early"
 
 
 def test_generate_past_block_size_crops_context():
@@ -747,7 +799,7 @@ def test_generate_return_depth():
     idx = batch(2, 4)[0]
     out, d = m.generate(idx, 6, top_k=1, return_depth=True)
     assert d.shape == (2, 6) and d.dtype == torch.long and (d == 4).all()
-    out, d = m.generate(idx, 6, top_k=1, exit=('maxprob', 0.3), return_depth=True)
+    out, d = m.generate(idx, 6, top_k=1, exit=('maxprob', 0.3), kv_cache=False, return_depth=True)
     assert d.min() >= 1 and d.max() <= 4 and len(d.unique()) >= 2
     for j in range(6):  # the depth spent on the position that predicted new token j
         info = m(out[:, :4 + j], exit=('maxprob', 0.3))[2]
