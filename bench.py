@@ -1,78 +1,163 @@
 """
-Measure what depth costs: training step time and activation memory at several k, full backprop vs
-phantom gradient, and generation speed with and without the KV cache. Ratios within one run are what
-to trust on a shared machine.
-$ python bench.py --ks=(1,4,12,24)   (defaults: config/cpu_single.py's shape)
+What depth costs, in one table; every row is measured in the same run, so compare ratios, not absolute numbers:
+- training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks of the same width;
+- phantom vs full backprop at several k: step time and memory;
+- generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + an exit policy;
+- model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
+$ python bench.py                                  (CPU, random weights, ~3 min)
+$ python bench.py --init_from=out-cpu-v13          (generation rows from a trained model: exits see real confidence)
+$ python bench.py --device=cuda --compile=True     (bf16; compile applies to the training rows)
 """
 import os
+import sys
 import time
 from contextlib import nullcontext
 import torch
-from model import GPTConfig, GPT
+from model import GPTConfig, GPT, load_checkpoint, parse_exit
 
-ks = (1, 4, 12, 24)  # loop depths to measure (every tied segment gets k)
+# training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step
 batch_size = 16
 block_size = 128
-n_embd = 64
+n_embd = 256
 n_head = 4
-n_prelude = 2
-loops = (12,)  # the shape for the generation benchmark; the step benchmark uses k
-n_coda = 2
-vocab_size = 257
-repeats = 3
-gen_tokens = 64
+n_prelude = 1
+n_coda = 1
+vocab_size = 257  # byte-level
+k = 30  # tied loop vs plain stack at this depth
+phantom_ks = (1, 8, 30)
+# generation rows: a v13-shaped model (random weights at n_embd), or the model in init_from/ckpt.pt
+gen_loops = (10, 10, 10)
+init_from = ''
+prompt_tokens = 64
+gen_tokens = 256
+exit_at = 'maxprob:0.9'  # the exit policy of the last row ('resid:T' also works)
+repeats = 3  # median of this many timed runs, after one warm-up
 device = ''
+compile = False
+peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
-sync = torch.cuda.synchronize if 'cuda' in device else (lambda: None)
+cuda = 'cuda' in device
+ctx = torch.autocast('cuda', dtype=torch.bfloat16) if cuda else nullcontext()
+sync = torch.cuda.synchronize if cuda else (lambda: None)
+BF16_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, '4090': 165e12, '3090': 71e12}
+if cuda and not peak_flops:
+    peak_flops = next((v for n, v in BF16_PEAK.items() if n in torch.cuda.get_device_name()), 0.0)
 
-def train_step(phantom, k):
-    """-> (ms per forward+backward, MB of activations saved for backward, peak CUDA MB or None)."""
+def model_for(**kw):
     torch.manual_seed(seed)
-    conf = GPTConfig(block_size=block_size, vocab_size=vocab_size, n_embd=n_embd, n_head=n_head, n_prelude=n_prelude,
-                     loops=(k,) * len(loops), n_coda=n_coda, phantom=phantom)
-    model = GPT(conf).to(device)
-    x = torch.randint(vocab_size, (batch_size, block_size), device=device)
-    saved = []
-    def pack(t):  # count every tensor autograd keeps for the backward pass
-        saved.append(t.numel() * t.element_size())
+    shape = dict(block_size=block_size, vocab_size=vocab_size, n_embd=n_embd, n_head=n_head,
+                 n_prelude=n_prelude, n_coda=n_coda)
+    return GPT(GPTConfig(**{**shape, **kw})).to(device)
+
+def train_flops_per_token(model):
+    """nanoGPT's estimate for forward + backward, 6N + 12 L d T, with the tied block counted once per iteration."""
+    c = model.config
+    n = model.num_params()[1] - model.wpe.weight.numel()
+    return 6 * n + 12 * (c.n_prelude + sum(c.loops) + c.n_coda) * c.n_embd * c.block_size
+
+def activation_mb(model, x):
+    """Bytes autograd keeps for backward (CPU memory measure): each storage once, the weights left out."""
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = {}
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in weights:
+            saved[s.data_ptr()] = s.nbytes()
         return t
-    times = []
-    for r in range(repeats + 1):  # the first run warms up
-        saved.clear()
-        if 'cuda' in device:
-            torch.cuda.reset_peak_memory_stats()
-        sync(); t0 = time.perf_counter()
-        with ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            _, loss, _ = model(x, x)
-        loss.backward()
-        sync(); times.append(time.perf_counter() - t0)
-        model.zero_grad(set_to_none=True)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if 'cuda' in device else None
-    return 1000 * sorted(times[1:])[len(times[1:]) // 2], sum(saved) / 2**20, peak
+    with ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, loss, _ = model(x, x)
+    del loss
+    return sum(saved.values()) / 2**20
 
-def gen_speed(kv_cache):
+def time_steps(models):
+    """Median ms of a forward + backward for each model, the models taking turns so drift hits all alike,
+    and the peak CUDA memory (MB) of each."""
+    x = torch.randint(vocab_size, (batch_size, block_size), device=device)
+    steps = [torch.compile(m) if compile else m for m in models]
+    times, peaks = [[] for _ in models], [None] * len(models)
+    for r in range(repeats + 1):  # round 0 warms up (and compiles)
+        for i, m in enumerate(steps):
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            sync(); t0 = time.perf_counter()
+            with ctx:
+                _, loss, _ = m(x, x)
+            loss.backward()
+            sync(); times[i].append(1000 * (time.perf_counter() - t0))
+            models[i].zero_grad(set_to_none=True)
+            peaks[i] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    return [sorted(t[1:])[len(t[1:]) // 2] for t in times], peaks
+
+def gen_speed(model, kv_cache, exit=None):
+    """-> (tokens/s, mean loop depth per new token) for gen_tokens greedy tokens after a random prompt."""
     torch.manual_seed(seed)
-    conf = GPTConfig(block_size=block_size, vocab_size=vocab_size, n_embd=n_embd, n_head=n_head, n_prelude=n_prelude,
-                     loops=loops, n_coda=n_coda)
-    model = GPT(conf).to(device).eval()
-    x = torch.randint(vocab_size, (1, block_size - gen_tokens), device=device)  # a prompt filling the rest of the block
+    x = torch.randint(model.config.vocab_size, (1, prompt_tokens), device=device)
     with ctx:
-        model.generate(x, 4, kv_cache=kv_cache)  # warm up
+        model.generate(x, 2, top_k=1, exit=exit, kv_cache=kv_cache)  # warm up
         sync(); t0 = time.perf_counter()
-        model.generate(x, gen_tokens, kv_cache=kv_cache)
+        _, depth = model.generate(x, gen_tokens, top_k=1, exit=exit, kv_cache=kv_cache, return_depth=True)
         sync()
-    return gen_tokens / (time.perf_counter() - t0)
+    return gen_tokens / (time.perf_counter() - t0), depth.float().mean().item()
 
-print(f"device {device}, batch {batch_size} x {block_size}, d={n_embd}, [{n_prelude} std][loop x k][{n_coda} std]")
-print(f"{'k':>4} {'full ms':>9} {'phantom ms':>11} {'full act MB':>12} {'phantom act MB':>15} {'phantom/full mem':>17}" +
-      (f" {'full peak MB':>13} {'phantom peak MB':>16}" if 'cuda' in device else ""))
-for k in ks:
-    (tf, mf, pf), (tp, mp, pp) = train_step(False, k), train_step(True, k)
-    print(f"{k:>4} {tf:>9.1f} {tp:>11.1f} {mf:>12.1f} {mp:>15.1f} {mp / mf:>17.2f}" +
-          (f" {pf:>13.0f} {pp:>16.0f}" if 'cuda' in device else ""))
-with_cache, without = gen_speed(True), gen_speed(False)
-print(f"generation at loops={loops}, {gen_tokens} tokens after a {block_size - gen_tokens}-token prompt: {with_cache:.1f} tok/s with KV cache, {without:.1f} without ({with_cache / without:.1f}x)")
+# the generation model first, so a bad setting fails before minutes of measuring
+if init_from:
+    gen, _ = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), device)
+else:
+    gen = model_for(loops=gen_loops, block_size=prompt_tokens + gen_tokens)
+gen.eval()
+c = gen.config
+if prompt_tokens + gen_tokens > c.block_size:
+    raise ValueError(f"prompt_tokens + gen_tokens = {prompt_tokens} + {gen_tokens} is more than the model's block_size "
+                     f"{c.block_size}: lower them (past block_size every step re-encodes, which is not what to time)")
+exit_policy = parse_exit(exit_at)
+
+rows = []  # (what, ms/step, tokens/s, memory MB, MFLOP/token, achieved TFLOP/s, against)
+def add(what, ms, mb=None, flops=None, against=''):
+    tps = batch_size * block_size / ms * 1000
+    perf = '' if flops is None else f"{flops * tps / 1e12:.3f}" + (f" ({flops * tps / peak_flops:.1%} MFU)" if peak_flops else '')
+    rows.append((what, f"{ms:.1f}", f"{tps:,.0f}", '' if mb is None else f"{mb:.1f}",
+                 '' if flops is None else f"{flops / 1e6:.0f}", perf, against))
+
+# 1. tied loop vs a plain stack of the same FLOPs
+tied, plain = model_for(loops=(k,)), model_for(loops=(), n_prelude=n_prelude + k)
+(t_tied, t_plain), _ = time_steps([tied, plain])
+add(f"train: plain stack, {n_prelude + k + n_coda} distinct blocks", t_plain, flops=train_flops_per_token(plain))
+add(f"train: tied loop [{n_prelude}][A x{k}][{n_coda}]", t_tied, flops=train_flops_per_token(tied),
+    against=f"{t_tied / t_plain:.3f}x plain's time")
+del tied, plain
+
+# 2. phantom vs full backprop
+x = torch.randint(vocab_size, (batch_size, block_size), device=device)
+for kk in phantom_ks:
+    full, phantom = model_for(loops=(kk,)), model_for(loops=(kk,), phantom=True)
+    (t_full, t_ph), peaks = time_steps([full, phantom])
+    mb_full, mb_ph = peaks if cuda else (activation_mb(full, x), activation_mb(phantom, x))
+    add(f"train k={kk}: full backprop", t_full, mb_full, flops=train_flops_per_token(full))
+    add(f"train k={kk}: phantom", t_ph, mb_ph, against=f"{t_ph / t_full:.2f}x time, {mb_ph / mb_full:.2f}x memory of full")
+    del full, phantom
+
+# 3. generation
+plain_tps, _ = gen_speed(gen, kv_cache=False)
+cached_tps, _ = gen_speed(gen, kv_cache=True)
+exit_tps, mean_depth = gen_speed(gen, kv_cache=True, exit=None if c.act else exit_policy)  # ACT: its own gate
+gen_rows = [(f"generate {gen_tokens}: re-encoding the context", plain_tps, ''),
+            (f"generate {gen_tokens}: KV cache", cached_tps, f"{cached_tps / plain_tps:.1f}x re-encoding"),
+            (f"generate {gen_tokens}: KV cache + {'ACT gate' if c.act else 'exit ' + exit_at}, mean depth {mean_depth:.1f}/{sum(c.loops)}", exit_tps,
+             f"{exit_tps / plain_tps:.1f}x re-encoding, {exit_tps / cached_tps:.2f}x cache")]
+
+where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
+print(f"$ python {' '.join(sys.argv)}")
+print(f"{where}, torch {torch.__version__}, {'bf16' if cuda else 'float32'}, compile={compile}; median of {repeats}")
+print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, vocab {vocab_size}; "
+      f"generation: {'init_from=' + init_from if init_from else 'random weights'}, [{c.n_prelude}]"
+      f"{''.join(f'[x{kk}]' for kk in c.loops)}[{c.n_coda}] d={c.n_embd}, {prompt_tokens}-token prompt, greedy\n")
+print("| row | ms/step | tokens/s | memory MB | MFLOP/token | TFLOP/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- |")
+for r in rows:
+    print("| " + " | ".join(r) + " |")
+for what, tps, against in gen_rows:
+    print(f"| {what} | {1000 / tps:.1f} / token | {tps:.1f} |  |  |  | {against} |")
+print(f"\nmemory: {'peak CUDA MB allocated' if cuda else 'MB of activations saved for backward'}; MFLOP/token: "
+      f"forward + backward, 6N + 12LdT (N, L: parameters and block applications, the tied block once per iteration)")

@@ -323,5 +323,15 @@ def load_checkpoint(path, device='cpu'):
         raise ValueError(f"{path} {why}") from None
     return model.to(device), ckpt
 
+def parse_exit(s):
+    """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate; a bad string -> one-line error."""
+    kind, _, t = s.partition(':')
+    try:
+        if kind in ('maxprob', 'resid'):
+            return kind, float(t)
+    except ValueError:
+        pass
+    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', e.g. 'maxprob:0.9'")
+
 def model_args(config):
     return {f.name: getattr(config, f.name) for f in fields(config)}

@@ -3,9 +3,11 @@ Sample from a trained tied-depth model, optionally at another depth or showing e
 $ python sample.py --out_dir=out-smoke --start="ROMEO:" --n_loops=8 --show_depth=True
 """
 import os
+import sys
+import time
 from contextlib import nullcontext
 import torch
-from model import load_checkpoint
+from model import load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 out_dir = 'out'
@@ -43,13 +45,7 @@ ids = encode(start)
 if not ids:
     raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' or --start=FILE:prompt.txt")
 x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
-exit_policy = None
-if exit_at:
-    kind, _, t = exit_at.partition(':')
-    try:
-        exit_policy = (kind, float(t))
-    except ValueError:
-        raise ValueError(f"exit_at={exit_at!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', e.g. 'maxprob:0.9'") from None
+exit_policy = parse_exit(exit_at) if exit_at else None
 max_depth = sum(model.depths(n_loops))
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
@@ -62,9 +58,14 @@ if show_depth:
     print("loop depth: " + " ".join(paint(f" {d} ", d) for d in sorted({1, (1 + max_depth) // 2, max_depth})))
 with torch.no_grad(), ctx:
     for _ in range(num_samples):
+        t0 = time.perf_counter()
         y, depth = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k or None, top_p=top_p,
                                   repetition_penalty=repetition_penalty, n_loops=n_loops, exit=exit_policy, return_depth=True)
-        new = y[0, x.size(1):].tolist()
+        new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock below is honest)
+        speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
+        if exit_policy or model.config.act:  # what adaptive depth spent per new token, against the fixed maximum
+            speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
+        print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
         body = "".join(paint(decode([t]), d) for t, d in zip(new, depth[0].tolist())) if show_depth else decode(new)
         print(decode(x[0].tolist()) + body)
         print('---------------')

@@ -77,7 +77,7 @@ def prepare_train_resume_sample(d):
         (d, 'sample.py', '--start=ROMEO:', '--num_samples=2', '--max_new_tokens=6', '--top_p=0.9',
          '--repetition_penalty=1.3', '--n_loops=3', '--show_depth=True', '--device=cpu'),
         (d, 'sample.py', '--start=FILE:prompt.txt', '--num_samples=3', '--max_new_tokens=5', '--temperature=0.5',
-         '--top_k=5', '--device=cpu'))
+         '--top_k=5', '--exit_at=maxprob:0.5', '--device=cpu'))
     return r
 
 
@@ -108,6 +108,10 @@ def test_prepare_train_resume_sample(job):
     shown = samples(ok(job['from_file']), 'JULIET:\n')  # FILE: prompt
     assert len(shown) == 3 and all(s.startswith('JULIET:\n') for s in shown)
     assert '\x1b[' not in ''.join(shown)
+    # each sample reports its speed on stderr, and with an exit policy the mean depth of its new tokens (max 3)
+    speeds = re.findall(r'^\[5 tokens, (\d+\.\d) tok/s, mean depth (\d\.\d\d) of 3\]$', job['from_file'].stderr, re.M)
+    assert len(speeds) == 3 and all(float(s) > 0 and 1 <= float(d) <= 3 for s, d in speeds), job['from_file'].stderr
+    assert 'tok/s' in job['painted'].stderr and 'mean depth' not in job['painted'].stderr  # fixed depth: no mean
 
 
 def test_log_line_content(jobs):
@@ -186,3 +190,26 @@ def test_torchrun_two_processes_cpu(job):
     assert [int(l.split(':')[0][5:]) for l in log_lines(out)] == [1, 2, 3]  # each iteration logged once (rank 0)
     assert 'tokens per iteration: 256' in out  # 2 processes x 1 micro step x 4 x 32
     assert load(d / 'out' / 'ckpt.pt')['iter_num'] == 3
+
+
+# ---------------------------------------------------------------- bench.py
+@work
+def bench_prints_one_table(d):
+    return run(d, 'bench.py', '--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_loops=(2,2)', '--gen_tokens=12',
+               '--prompt_tokens=4', '--repeats=1', '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9',
+               '--device=cpu')
+
+
+def test_bench_prints_one_table(job):
+    out = ok(job)
+    assert '$ python ' in out and 'bench.py --n_embd=32' in out  # the command, and the shapes, in the header
+    assert 'batch 2 x 16, d=32' in out and '[1][x2][x2][1] d=32' in out
+    rows = {r[0]: r[1:] for r in (line.strip('| ').split(' | ') for line in out.splitlines() if line.startswith('| '))}
+    assert re.fullmatch(r'\d\.\d{3}x plain\'s time', rows['train: tied loop [1][A x3][1]'][-1])
+    assert rows['train: plain stack, 5 distinct blocks'][3] == rows['train: tied loop [1][A x3][1]'][3]  # same FLOPs
+    mem = {k: float(rows[f'train k={k}: phantom'][2]) / float(rows[f'train k={k}: full backprop'][2]) for k in (1, 4)}
+    assert abs(mem[1] - 1) < 0.01 and mem[4] < 0.8  # phantom saves the activations of all but the last iteration
+    assert float(rows['train k=4: full backprop'][2]) > float(rows['train k=1: full backprop'][2])
+    gen = [r for r in rows if r.startswith('generate 12: ')]
+    assert len(gen) == 3 and all(float(rows[r][1]) > 0 for r in gen)
+    assert 'generate 12: KV cache + exit resid:1e9, mean depth 2.0/4' in rows  # huge threshold: 1 step per segment
