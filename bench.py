@@ -14,6 +14,7 @@ import time
 from contextlib import nullcontext
 import torch
 from model import GPTConfig, GPT, load_checkpoint, parse_exit
+from prepare import get_tokenizer
 
 # training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step
 batch_size = 16
@@ -28,10 +29,10 @@ phantom_ks = (1, 8, 30)
 # generation rows: a v13-shaped model (random weights at n_embd), or the model in init_from/ckpt.pt
 gen_loops = (10, 10, 10)
 init_from = ''
-prompt_tokens = 64
+prompt = "Question: A farmer has 12 apples and buys 7 more. How many apples does he have now? Answer:"
 gen_tokens = 256
 exit_at = 'maxprob:0.9'  # the exit policy of the last row ('resid:T' also works)
-repeats = 3  # median of this many timed runs, after one warm-up
+repeats = 5  # median of this many timed rounds, after one warm-up
 device = ''
 compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
@@ -73,8 +74,9 @@ def activation_mb(model, x):
     return sum(saved.values()) / 2**20
 
 def time_steps(models):
-    """Median ms of a forward + backward for each model, the models taking turns so drift hits all alike,
-    and the peak CUDA memory (MB) of each."""
+    """ms of a forward + backward of each model, the median of `repeats` rounds in which the models take turns;
+    each model's median per-round time ratio to the first (drift on a shared machine hits both alike); and the
+    peak CUDA MB of each."""
     x = torch.randint(vocab_size, (batch_size, block_size), device=device)
     steps = [torch.compile(m) if compile else m for m in models]
     times, peaks = [[] for _ in models], [None] * len(models)
@@ -89,12 +91,12 @@ def time_steps(models):
             sync(); times[i].append(1000 * (time.perf_counter() - t0))
             models[i].zero_grad(set_to_none=True)
             peaks[i] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
-    return [sorted(t[1:])[len(t[1:]) // 2] for t in times], peaks
+    median = lambda v: sorted(v)[len(v) // 2]
+    return ([median(t[1:]) for t in times], [median([a / b for a, b in zip(t[1:], times[0][1:])]) for t in times],
+            peaks)
 
 def gen_speed(model, kv_cache, exit=None):
-    """-> (tokens/s, mean loop depth per new token) for gen_tokens greedy tokens after a random prompt."""
-    torch.manual_seed(seed)
-    x = torch.randint(model.config.vocab_size, (1, prompt_tokens), device=device)
+    """-> (tokens/s, mean loop depth per new token) for gen_tokens greedy tokens after the prompt."""
     with ctx:
         model.generate(x, 2, top_k=1, exit=exit, kv_cache=kv_cache)  # warm up
         sync(); t0 = time.perf_counter()
@@ -103,15 +105,18 @@ def gen_speed(model, kv_cache, exit=None):
     return gen_tokens / (time.perf_counter() - t0), depth.float().mean().item()
 
 # the generation model first, so a bad setting fails before minutes of measuring
-if init_from:
-    gen, _ = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), device)
+ids = list(prompt.encode())  # random weights: byte tokens
+if init_from:  # a trained model, and a text prompt in its tokenizer, so the exit policy sees real confidence
+    gen, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), device)
+    ids = get_tokenizer(ckpt['meta']['tokenizer'])[0](prompt)
 else:
-    gen = model_for(loops=gen_loops, block_size=prompt_tokens + gen_tokens)
+    gen = model_for(loops=gen_loops, block_size=len(ids) + gen_tokens)
 gen.eval()
 c = gen.config
-if prompt_tokens + gen_tokens > c.block_size:
-    raise ValueError(f"prompt_tokens + gen_tokens = {prompt_tokens} + {gen_tokens} is more than the model's block_size "
+if len(ids) + gen_tokens > c.block_size:
+    raise ValueError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than the model's block_size "
                      f"{c.block_size}: lower them (past block_size every step re-encodes, which is not what to time)")
+x = torch.tensor([ids], device=device)
 exit_policy = parse_exit(exit_at)
 
 rows = []  # (what, ms/step, tokens/s, memory MB, MFLOP/token, achieved TFLOP/s, against)
@@ -123,20 +128,20 @@ def add(what, ms, mb=None, flops=None, against=''):
 
 # 1. tied loop vs a plain stack of the same FLOPs
 tied, plain = model_for(loops=(k,)), model_for(loops=(), n_prelude=n_prelude + k)
-(t_tied, t_plain), _ = time_steps([tied, plain])
+(t_plain, t_tied), (_, ratio), _ = time_steps([plain, tied])
 add(f"train: plain stack, {n_prelude + k + n_coda} distinct blocks", t_plain, flops=train_flops_per_token(plain))
 add(f"train: tied loop [{n_prelude}][A x{k}][{n_coda}]", t_tied, flops=train_flops_per_token(tied),
-    against=f"{t_tied / t_plain:.3f}x plain's time")
+    against=f"{ratio:.3f}x plain's time")
 del tied, plain
 
 # 2. phantom vs full backprop
 x = torch.randint(vocab_size, (batch_size, block_size), device=device)
 for kk in phantom_ks:
     full, phantom = model_for(loops=(kk,)), model_for(loops=(kk,), phantom=True)
-    (t_full, t_ph), peaks = time_steps([full, phantom])
+    (t_full, t_ph), (_, ratio), peaks = time_steps([full, phantom])
     mb_full, mb_ph = peaks if cuda else (activation_mb(full, x), activation_mb(phantom, x))
     add(f"train k={kk}: full backprop", t_full, mb_full, flops=train_flops_per_token(full))
-    add(f"train k={kk}: phantom", t_ph, mb_ph, against=f"{t_ph / t_full:.2f}x time, {mb_ph / mb_full:.2f}x memory of full")
+    add(f"train k={kk}: phantom", t_ph, mb_ph, against=f"{ratio:.2f}x time, {mb_ph / mb_full:.2f}x memory of full")
     del full, phantom
 
 # 3. generation
@@ -153,7 +158,7 @@ print(f"$ python {' '.join(sys.argv)}")
 print(f"{where}, torch {torch.__version__}, {'bf16' if cuda else 'float32'}, compile={compile}; median of {repeats}")
 print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, vocab {vocab_size}; "
       f"generation: {'init_from=' + init_from if init_from else 'random weights'}, [{c.n_prelude}]"
-      f"{''.join(f'[x{kk}]' for kk in c.loops)}[{c.n_coda}] d={c.n_embd}, {prompt_tokens}-token prompt, greedy\n")
+      f"{''.join(f'[x{kk}]' for kk in c.loops)}[{c.n_coda}] d={c.n_embd}, {len(ids)}-token prompt, greedy\n")
 print("| row | ms/step | tokens/s | memory MB | MFLOP/token | TFLOP/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- |")
 for r in rows:
     print("| " + " | ".join(r) + " |")

@@ -54,7 +54,7 @@ class Attention(nn.Module):
 
     def forward(self, x, kv=None):
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # 3 x (B, nh, T, hs)
         if kv is not None:  # generation: kv = [keys, values, n filled] of this block application (see kv_slots)
             if not kv:  # preallocated for block_size positions (gpt-fast's static cache): no torch.cat per token
                 kv[:] = [k.new_empty(B, self.n_head, self.block_size, C // self.n_head) for _ in 'kv'] + [0]
@@ -174,10 +174,8 @@ def skip(slots, used, T):
     nothing more, and a later token attending at this iteration sees the stopped tokens' latest computed keys
     and values of the same block, i.e. those of the last iteration they ran."""
     for prev in used:
-        s = next(slots)
-        if not s:
-            s[:] = [torch.empty_like(prev[0]), torch.empty_like(prev[1]), prev[2] - T]
-        n = s[2]
+        s, n = next(slots), prev[2] - T
+        s[:] = s or [torch.empty_like(prev[0]), torch.empty_like(prev[1]), n]  # (empty on the cache's first pass)
         s[0][:, :, n:n + T], s[1][:, :, n:n + T], s[2] = prev[0][:, :, n:n + T], prev[1][:, :, n:n + T], n + T
 
 class GPT(nn.Module):

@@ -193,19 +193,23 @@ def test_torchrun_two_processes_cpu(job):
 
 
 # ---------------------------------------------------------------- bench.py
+BENCH = ['--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_tokens=12', '--prompt=abcd', '--repeats=1',
+         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9', '--device=cpu']
+
+
 @work
 def bench_prints_one_table(d):
-    return run(d, 'bench.py', '--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_loops=(2,2)', '--gen_tokens=12',
-               '--prompt_tokens=4', '--repeats=1', '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9',
-               '--device=cpu')
+    make_data(d)
+    ok(run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100'))
+    return run_all((d, 'bench.py', *BENCH, '--gen_loops=(2,2)'), (d, 'bench.py', *BENCH, '--init_from=out'))
 
 
 def test_bench_prints_one_table(job):
-    out = ok(job)
+    out = ok(job[0])
     assert '$ python ' in out and 'bench.py --n_embd=32' in out  # the command, and the shapes, in the header
-    assert 'batch 2 x 16, d=32' in out and '[1][x2][x2][1] d=32' in out
+    assert 'batch 2 x 16, d=32' in out and 'random weights, [1][x2][x2][1] d=32, 4-token prompt' in out
     rows = {r[0]: r[1:] for r in (line.strip('| ').split(' | ') for line in out.splitlines() if line.startswith('| '))}
-    assert re.fullmatch(r'\d\.\d{3}x plain\'s time', rows['train: tied loop [1][A x3][1]'][-1])
+    assert re.fullmatch(r"\d\.\d{3}x plain's time", rows['train: tied loop [1][A x3][1]'][-1])
     assert rows['train: plain stack, 5 distinct blocks'][3] == rows['train: tied loop [1][A x3][1]'][3]  # same FLOPs
     mem = {k: float(rows[f'train k={k}: phantom'][2]) / float(rows[f'train k={k}: full backprop'][2]) for k in (1, 4)}
     assert abs(mem[1] - 1) < 0.01 and mem[4] < 0.8  # phantom saves the activations of all but the last iteration
@@ -213,3 +217,6 @@ def test_bench_prints_one_table(job):
     gen = [r for r in rows if r.startswith('generate 12: ')]
     assert len(gen) == 3 and all(float(rows[r][1]) > 0 for r in gen)
     assert 'generate 12: KV cache + exit resid:1e9, mean depth 2.0/4' in rows  # huge threshold: 1 step per segment
+    # --init_from: the generation rows run the trained checkpoint (TINY: [1][x2][1] d=32)
+    assert 'generation: init_from=out, [1][x2][1] d=32, 4-token prompt' in ok(job[1])
+    assert 'KV cache + exit resid:1e9, mean depth 1.0/2 |' in job[1].stdout
