@@ -2,7 +2,7 @@
 What depth costs, in one table; every row is measured in the same run, so compare ratios, not absolute numbers:
 - training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks of the same width;
 - phantom vs full backprop at several k: step time and memory;
-- generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + an exit policy;
+- generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + each exit policy;
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
 $ python bench.py                                  (CPU, random weights, ~3 min)
 $ python bench.py --init_from=out-cpu-v13          (generation rows from a trained model: exits see real confidence)
@@ -31,7 +31,7 @@ gen_loops = (10, 10, 10)
 init_from = ''
 prompt = "Question: A farmer has 12 apples and buys 7 more. How many apples does he have now? Answer:"
 gen_tokens = 256
-exit_at = 'maxprob:0.9'  # the exit policy of the last row ('resid:T' also works)
+exit_at = 'maxprob:0.9,resid:0.05'  # one generation row per exit policy (an ACT model: its gate)
 repeats = 5  # median of this many timed rounds, after one warm-up
 device = ''
 compile = False
@@ -117,7 +117,7 @@ if len(ids) + gen_tokens > c.block_size:
     raise ValueError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than the model's block_size "
                      f"{c.block_size}: lower them (past block_size every step re-encodes, which is not what to time)")
 x = torch.tensor([ids], device=device)
-exit_policy = parse_exit(exit_at)
+policies = {'ACT gate': None} if gen.config.act else {'exit ' + e: parse_exit(e) for e in exit_at.split(',')}
 
 rows = []  # (what, ms/step, tokens/s, memory MB, MFLOP/token, achieved TFLOP/s, against)
 def add(what, ms, mb=None, flops=None, against=''):
@@ -147,11 +147,12 @@ for kk in phantom_ks:
 # 3. generation
 plain_tps, _ = gen_speed(gen, kv_cache=False)
 cached_tps, _ = gen_speed(gen, kv_cache=True)
-exit_tps, mean_depth = gen_speed(gen, kv_cache=True, exit=None if c.act else exit_policy)  # ACT: its own gate
 gen_rows = [(f"generate {gen_tokens}: re-encoding the context", plain_tps, ''),
-            (f"generate {gen_tokens}: KV cache", cached_tps, f"{cached_tps / plain_tps:.1f}x re-encoding"),
-            (f"generate {gen_tokens}: KV cache + {'ACT gate' if c.act else 'exit ' + exit_at}, mean depth {mean_depth:.1f}/{sum(c.loops)}", exit_tps,
-             f"{exit_tps / plain_tps:.1f}x re-encoding, {exit_tps / cached_tps:.2f}x cache")]
+            (f"generate {gen_tokens}: KV cache", cached_tps, f"{cached_tps / plain_tps:.1f}x re-encoding")]
+for what, policy in policies.items():
+    tps, mean_depth = gen_speed(gen, kv_cache=True, exit=policy)
+    gen_rows.append((f"generate {gen_tokens}: KV cache + {what}, mean depth {mean_depth:.1f}/{sum(c.loops)}", tps,
+                     f"{tps / plain_tps:.1f}x re-encoding, {tps / cached_tps:.2f}x cache"))
 
 where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
 print(f"$ python {' '.join(sys.argv)}")

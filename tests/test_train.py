@@ -194,7 +194,7 @@ def test_torchrun_two_processes_cpu(job):
 
 # ---------------------------------------------------------------- bench.py
 BENCH = ['--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_tokens=12', '--prompt=abcd', '--repeats=1',
-         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9', '--device=cpu']
+         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9,maxprob:1.1', '--device=cpu']
 
 
 @work
@@ -215,8 +215,9 @@ def test_bench_prints_one_table(job):
     assert abs(mem[1] - 1) < 0.01 and mem[4] < 0.8  # phantom saves the activations of all but the last iteration
     assert float(rows['train k=4: full backprop'][2]) > float(rows['train k=1: full backprop'][2])
     gen = [r for r in rows if r.startswith('generate 12: ')]
-    assert len(gen) == 3 and all(float(rows[r][1]) > 0 for r in gen)
+    assert len(gen) == 4 and all(float(rows[r][1]) > 0 for r in gen)  # one row per exit policy
     assert 'generate 12: KV cache + exit resid:1e9, mean depth 2.0/4' in rows  # huge threshold: 1 step per segment
+    assert 'generate 12: KV cache + exit maxprob:1.1, mean depth 4.0/4' in rows  # unreachable: every step
     # --init_from: the generation rows run the trained checkpoint (TINY: [1][x2][1] d=32)
     assert 'generation: init_from=out, [1][x2][1] d=32, 4-token prompt' in ok(job[1])
     assert 'KV cache + exit resid:1e9, mean depth 1.0/2 |' in job[1].stdout
