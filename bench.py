@@ -29,7 +29,7 @@ phantom_ks = (1, 8, 30)
 # generation rows: a v13-shaped model (random weights at n_embd), or the model in init_from/ckpt.pt
 gen_loops = (10, 10, 10)
 init_from = ''
-prompt = "Question: A farmer has 12 apples and buys 7 more. How many apples does he have now? Answer:"
+prompt = "Question: Tom has 12 apples and buys 7 more. How many now? A:"
 gen_tokens = 256
 exit_at = 'maxprob:0.9,resid:0.05'  # one generation row per exit policy (an ACT model: its gate)
 repeats = 5  # median of this many timed rounds, after one warm-up
@@ -59,8 +59,9 @@ def train_flops_per_token(model):
     n = model.num_params()[1] - model.wpe.weight.numel()
     return 6 * n + 12 * (c.n_prelude + sum(c.loops) + c.n_coda) * c.n_embd * c.block_size
 
-def activation_mb(model, x):
+def activation_mb(model):
     """Bytes autograd keeps for backward (CPU memory measure): each storage once, the weights left out."""
+    x = torch.randint(vocab_size, (batch_size, block_size), device=device)
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved = {}
     def pack(t):
@@ -98,9 +99,9 @@ def time_steps(models):
 def gen_speed(model, kv_cache, exit=None):
     """-> (tokens/s, mean loop depth per new token) for gen_tokens greedy tokens after the prompt."""
     with ctx:
-        model.generate(x, 2, top_k=1, exit=exit, kv_cache=kv_cache)  # warm up
+        model.generate(start, 2, top_k=1, exit=exit, kv_cache=kv_cache)  # warm up
         sync(); t0 = time.perf_counter()
-        _, depth = model.generate(x, gen_tokens, top_k=1, exit=exit, kv_cache=kv_cache, return_depth=True)
+        _, depth = model.generate(start, gen_tokens, top_k=1, exit=exit, kv_cache=kv_cache, return_depth=True)
         sync()
     return gen_tokens / (time.perf_counter() - t0), depth.float().mean().item()
 
@@ -116,15 +117,23 @@ c = gen.config
 if len(ids) + gen_tokens > c.block_size:
     raise ValueError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than the model's block_size "
                      f"{c.block_size}: lower them (past block_size every step re-encodes, which is not what to time)")
-x = torch.tensor([ids], device=device)
+start = torch.tensor([ids], device=device)
 policies = {'ACT gate': None} if gen.config.act else {'exit ' + e: parse_exit(e) for e in exit_at.split(',')}
 
-rows = []  # (what, ms/step, tokens/s, memory MB, MFLOP/token, achieved TFLOP/s, against)
-def add(what, ms, mb=None, flops=None, against=''):
+where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
+print(f"$ python {' '.join(sys.argv)}")
+print(f"{where}, torch {torch.__version__}, {'bf16' if cuda else 'float32'}, compile={compile}; median of {repeats}")
+print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, vocab {vocab_size}; "
+      f"generation: {'init_from=' + init_from if init_from else 'random weights'}, [{c.n_prelude}]"
+      f"{''.join(f'[x{kk}]' for kk in c.loops)}[{c.n_coda}] d={c.n_embd}, {len(ids)}-token prompt, greedy\n")
+print("| row | ms/step | tokens/s | memory MB | MFLOP/token | TFLOP/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- |")
+
+def add(what, ms, mb=None, flops=None, against=''):  # one training row, printed as soon as it is measured
     tps = batch_size * block_size / ms * 1000
     perf = '' if flops is None else f"{flops * tps / 1e12:.3f}" + (f" ({flops * tps / peak_flops:.1%} MFU)" if peak_flops else '')
-    rows.append((what, f"{ms:.1f}", f"{tps:,.0f}", '' if mb is None else f"{mb:.1f}",
-                 '' if flops is None else f"{flops / 1e6:.0f}", perf, against))
+    row = (what, f"{ms:.1f}", f"{tps:,.0f}", '' if mb is None else f"{mb:.1f}", '' if flops is None else f"{flops / 1e6:.0f}",
+           perf, against)
+    print("| " + " | ".join(row) + " |", flush=True)
 
 # 1. tied loop vs a plain stack of the same FLOPs
 tied, plain = model_for(loops=(k,)), model_for(loops=(), n_prelude=n_prelude + k)
@@ -135,11 +144,10 @@ add(f"train: tied loop [{n_prelude}][A x{k}][{n_coda}]", t_tied, flops=train_flo
 del tied, plain
 
 # 2. phantom vs full backprop
-x = torch.randint(vocab_size, (batch_size, block_size), device=device)
 for kk in phantom_ks:
     full, phantom = model_for(loops=(kk,)), model_for(loops=(kk,), phantom=True)
     (t_full, t_ph), (_, ratio), peaks = time_steps([full, phantom])
-    mb_full, mb_ph = peaks if cuda else (activation_mb(full, x), activation_mb(phantom, x))
+    mb_full, mb_ph = peaks if cuda else (activation_mb(full), activation_mb(phantom))
     add(f"train k={kk}: full backprop", t_full, mb_full, flops=train_flops_per_token(full))
     add(f"train k={kk}: phantom", t_ph, mb_ph, against=f"{ratio:.2f}x time, {mb_ph / mb_full:.2f}x memory of full")
     del full, phantom
@@ -147,23 +155,12 @@ for kk in phantom_ks:
 # 3. generation
 plain_tps, _ = gen_speed(gen, kv_cache=False)
 cached_tps, _ = gen_speed(gen, kv_cache=True)
-gen_rows = [(f"generate {gen_tokens}: re-encoding the context", plain_tps, ''),
-            (f"generate {gen_tokens}: KV cache", cached_tps, f"{cached_tps / plain_tps:.1f}x re-encoding")]
+gen_row = lambda what, tps, against='': print(f"| {what} | {1000 / tps:.1f} / token | {tps:.1f} |  |  |  | {against} |")
+gen_row(f"generate {gen_tokens}: re-encoding the context", plain_tps)
+gen_row(f"generate {gen_tokens}: KV cache", cached_tps, f"{cached_tps / plain_tps:.1f}x re-encoding")
 for what, policy in policies.items():
     tps, mean_depth = gen_speed(gen, kv_cache=True, exit=policy)
-    gen_rows.append((f"generate {gen_tokens}: KV cache + {what}, mean depth {mean_depth:.1f}/{sum(c.loops)}", tps,
-                     f"{tps / plain_tps:.1f}x re-encoding, {tps / cached_tps:.2f}x cache"))
-
-where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
-print(f"$ python {' '.join(sys.argv)}")
-print(f"{where}, torch {torch.__version__}, {'bf16' if cuda else 'float32'}, compile={compile}; median of {repeats}")
-print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, vocab {vocab_size}; "
-      f"generation: {'init_from=' + init_from if init_from else 'random weights'}, [{c.n_prelude}]"
-      f"{''.join(f'[x{kk}]' for kk in c.loops)}[{c.n_coda}] d={c.n_embd}, {len(ids)}-token prompt, greedy\n")
-print("| row | ms/step | tokens/s | memory MB | MFLOP/token | TFLOP/s | ratio |\n| --- | --- | --- | --- | --- | --- | --- |")
-for r in rows:
-    print("| " + " | ".join(r) + " |")
-for what, tps, against in gen_rows:
-    print(f"| {what} | {1000 / tps:.1f} / token | {tps:.1f} |  |  |  | {against} |")
+    gen_row(f"generate {gen_tokens}: KV cache + {what}, mean depth {mean_depth:.1f}/{sum(c.loops)}", tps,
+            f"{tps / plain_tps:.1f}x re-encoding, {tps / cached_tps:.2f}x cache")
 print(f"\nmemory: {'peak CUDA MB allocated' if cuda else 'MB of activations saved for backward'}; MFLOP/token: "
       f"forward + backward, 6N + 12LdT (N, L: parameters and block applications, the tied block once per iteration)")
