@@ -138,8 +138,10 @@ class Loop(nn.Module):
                 # ... and their Jacobian is taken as the identity: a straight-through path from the segment's
                 # input, so the prelude and embeddings still get gradient (naive phantom gives them none)
                 z_new = z_in + (z_new - z_in).detach()
-            if adaptive or (i == k - 1 and not grad_on):  # relative residual |z_k - z_{k-1}| / |z_{k-1}|: a probe,
-                with torch.no_grad():                              # needed every step to stop on it, else the last step's
+            # the relative residual |z_k - z_{k-1}| / |z_{k-1}| is a probe: a resid exit stops on it and eval reports
+            # each token's last one (every step when tokens stop at different steps); training never needs it
+            if exit is not None or (not grad_on and (adaptive or i == k - 1)):
+                with torch.no_grad():
                     r = (z_new - z).norm(dim=-1) / z.norm(dim=-1).clamp_min(1e-6)
                 resid = torch.where(running, r, resid)
             if adaptive:
