@@ -4,7 +4,7 @@ What depth costs, in one table; every row is measured in the same run, so compar
 - phantom vs full backprop at several k: step time and memory;
 - generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + each exit policy;
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
-$ python bench.py                                  (CPU, random weights, ~3 min)
+$ python bench.py                                  (CPU, random weights, ~4 min)
 $ python bench.py --init_from=out-cpu-v13          (generation rows from a trained model: exits see real confidence)
 $ python bench.py --device=cuda --compile=True     (bf16; compile applies to the training rows)
 """
@@ -32,7 +32,7 @@ init_from = ''
 prompt = "Question: Tom has 12 apples and buys 7 more. How many now? A:"
 gen_tokens = 256
 exit_at = 'maxprob:0.9,resid:0.05'  # one generation row per exit policy (an ACT model: its gate)
-repeats = 5  # median of this many timed rounds, after one warm-up
+repeats = 3  # median of this many timed rounds, after one warm-up
 device = ''
 compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
@@ -96,14 +96,19 @@ def time_steps(models):
     return ([median(t[1:]) for t in times], [median([a / b for a, b in zip(t[1:], times[0][1:])]) for t in times],
             peaks)
 
-def gen_speed(model, kv_cache, exit=None):
-    """-> (tokens/s, mean loop depth per new token) for gen_tokens greedy tokens after the prompt."""
+def gen_speeds(settings):
+    """-> tokens/s of gen_tokens greedy tokens after the prompt for each (kv_cache, exit) setting, the median of
+    `repeats` rounds in which the settings take turns, and the mean loop depth per new token of each."""
+    speeds, depths = [[] for _ in settings], []
     with ctx:
-        model.generate(start, 2, top_k=1, exit=exit, kv_cache=kv_cache)  # warm up
-        sync(); t0 = time.perf_counter()
-        _, depth = model.generate(start, gen_tokens, top_k=1, exit=exit, kv_cache=kv_cache, return_depth=True)
-        sync()
-    return gen_tokens / (time.perf_counter() - t0), depth.float().mean().item()
+        for r in range(repeats + 1):  # round 0 warms up, on 2 tokens
+            n, depths = (2 if r == 0 else gen_tokens), []
+            for i, (kv_cache, exit) in enumerate(settings):
+                sync(); t0 = time.perf_counter()
+                _, depth = gen.generate(start, n, top_k=1, exit=exit, kv_cache=kv_cache, return_depth=True)
+                sync(); speeds[i].append(n / (time.perf_counter() - t0))
+                depths.append(depth.float().mean().item())
+    return [sorted(v[1:])[len(v[1:]) // 2] for v in speeds], depths
 
 # the generation model first, so a bad setting fails before minutes of measuring
 ids = list(prompt.encode())  # random weights: byte tokens
@@ -153,13 +158,12 @@ for kk in phantom_ks:
     del full, phantom
 
 # 3. generation
-plain_tps, _ = gen_speed(gen, kv_cache=False)
-cached_tps, _ = gen_speed(gen, kv_cache=True)
+settings = [(False, None), (True, None)] + [(True, p) for p in policies.values()]
+(plain_tps, cached_tps, *exit_tps), (_, _, *depths) = gen_speeds(settings)
 gen_row = lambda what, tps, against='': print(f"| {what} | {1000 / tps:.1f} / token | {tps:.1f} |  |  |  | {against} |")
 gen_row(f"generate {gen_tokens}: re-encoding the context", plain_tps)
 gen_row(f"generate {gen_tokens}: KV cache", cached_tps, f"{cached_tps / plain_tps:.1f}x re-encoding")
-for what, policy in policies.items():
-    tps, mean_depth = gen_speed(gen, kv_cache=True, exit=policy)
+for what, tps, mean_depth in zip(policies, exit_tps, depths):
     gen_row(f"generate {gen_tokens}: KV cache + {what}, mean depth {mean_depth:.1f}/{sum(c.loops)}", tps,
             f"{tps / plain_tps:.1f}x re-encoding, {tps / cached_tps:.2f}x cache")
 print(f"\nmemory: {'peak CUDA MB allocated' if cuda else 'MB of activations saved for backward'}; MFLOP/token: "
