@@ -4,7 +4,7 @@ What depth costs, in one table; every row is measured in the same run, so compar
 - phantom vs full backprop at several k: step time and memory;
 - generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + each exit policy;
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
-$ python bench.py                                  (CPU, random weights, ~4 min)
+$ python bench.py                                  (CPU, random weights, ~6 min)
 $ python bench.py --init_from=out-cpu-v13          (generation rows from a trained model: exits see real confidence)
 $ python bench.py --device=cuda --compile=True     (bf16; compile applies to the training rows)
 """
@@ -32,7 +32,7 @@ init_from = ''
 prompt = "Question: Tom has 12 apples and buys 7 more. How many now? A:"
 gen_tokens = 256
 exit_at = 'maxprob:0.9,resid:0.05'  # one generation row per exit policy (an ACT model: its gate)
-repeats = 3  # median of this many timed rounds, after one warm-up
+repeats = 5  # median of this many timed rounds, after one warm-up
 device = ''
 compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
