@@ -4,7 +4,7 @@ What depth costs, in one table; every row is measured in the same run, so compar
 - phantom vs full backprop at several k: step time and memory;
 - generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + each exit policy;
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
-$ python bench.py                                  (CPU, random weights, ~6 min)
+$ python bench.py                                  (CPU, random weights, 5.5 min here)
 $ python bench.py --init_from=out-cpu-v13          (generation rows from a trained model: exits see real confidence)
 $ python bench.py --device=cuda --compile=True     (bf16; compile applies to the training rows)
 """
