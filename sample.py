@@ -33,17 +33,20 @@ torch.manual_seed(seed)
 model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
 model.eval()
 if block_size > model.config.block_size:
-    raise ValueError(f"block_size={block_size} is larger than the model's {model.config.block_size}: use at most that")
-model.config.block_size = block_size or model.config.block_size  # generate() crops the context to this
+    raise ValueError(f"block_size={block_size} is larger than the model's "
+                     f"{model.config.block_size}: use at most that")
+model.config.block_size = block_size or model.config.block_size  # generate() crops the context
 encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
 if start.startswith('FILE:'):
     if not os.path.isfile(start[5:]):
-        raise FileNotFoundError(f"prompt file {start[5:]} not found (--start=FILE:path reads the prompt from path)")
+        raise FileNotFoundError(f"prompt file {start[5:]} not found "
+                                "(--start=FILE:path reads the prompt from path)")
     with open(start[5:], encoding='utf-8') as f:
         start = f.read()
 ids = encode(start)
 if not ids:
-    raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' or --start=FILE:prompt.txt")
+    raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' "
+                     "or --start=FILE:prompt.txt")
 x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
 exit_policy = parse_exit(exit_at) if exit_at else None
 max_depth = sum(model.depths(n_loops))
@@ -55,17 +58,22 @@ def paint(text, depth):
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
 if show_depth:
-    print("loop depth: " + " ".join(paint(f" {d} ", d) for d in sorted({1, (1 + max_depth) // 2, max_depth})))
+    shown = sorted({1, (1 + max_depth) // 2, max_depth})
+    print("loop depth: " + " ".join(paint(f" {d} ", d) for d in shown))
 with torch.no_grad(), ctx:
     for _ in range(num_samples):
         t0 = time.perf_counter()
-        y, depth = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k or None, top_p=top_p,
-                                  repetition_penalty=repetition_penalty, n_loops=n_loops, exit=exit_policy, return_depth=True)
-        new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock below is honest)
+        y, depth = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k or None,
+                                  top_p=top_p, repetition_penalty=repetition_penalty,
+                                  n_loops=n_loops, exit=exit_policy, return_depth=True)
+        new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
         speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
-        if exit_policy or model.config.act:  # what adaptive depth spent per new token, against the fixed maximum
+        if exit_policy or model.config.act:  # what adaptive depth spent per token, of the maximum
             speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
         print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
-        body = "".join(paint(decode([t]), d) for t, d in zip(new, depth[0].tolist())) if show_depth else decode(new)
+        if show_depth:
+            body = "".join(paint(decode([t]), d) for t, d in zip(new, depth[0].tolist()))
+        else:
+            body = decode(new)
         print(decode(x[0].tolist()) + body)
         print('---------------')

@@ -10,11 +10,12 @@ import math
 import time
 import signal
 from contextlib import nullcontext
+from dataclasses import asdict, fields
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, load_checkpoint, model_args
+from model import GPTConfig, GPT, load_checkpoint
 from prepare import load_meta, load_tokens
 
 # -----------------------------------------------------------------------------
@@ -27,24 +28,13 @@ eval_only = False
 always_save_checkpoint = True
 init_from = 'scratch'  # 'scratch' or 'resume'
 dataset = 'topics'
+# the model: every GPTConfig field is a key too, with GPTConfig's defaults (n_embd, loops,
+# phantom, supervise, act, ...), except vocab_size, which comes from the dataset's meta.json
+globals().update({k: v for k, v in asdict(GPTConfig()).items() if k != 'vocab_size'})
+random_depth = False  # Huginn-style: each step trains at depths drawn around `loops`
 gradient_accumulation_steps = 1  # global: divided among DDP processes
 batch_size = 32
 block_size = 256
-# model (GPTConfig fields; vocab_size comes from the dataset's meta.json)
-n_embd = 128
-n_head = 4
-n_prelude = 2
-loops = (30,)
-n_coda = 2
-alpha_init = 0.1
-phantom = False
-phantom_steps = 1
-supervise = ()
-act = False
-halt_penalty = 0.01
-random_depth = False  # Huginn-style: each step trains at depths drawn around `loops` (log-normal Poisson)
-dropout = 0.0
-bias = False
 # AdamW and the learning-rate schedule
 learning_rate = 1e-3
 max_iters = 39695
@@ -63,7 +53,8 @@ dtype = ''    # '' = bfloat16 on CUDA, float32 on CPU (bf16 matmuls are very slo
 compile = False
 seed = 1337
 # -----------------------------------------------------------------------------
-config_keys = [k for k, v in globals().items() if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
+config_keys = [k for k, v in globals().items()
+               if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
@@ -78,7 +69,8 @@ if ddp:
         device = f'cuda:{os.environ["LOCAL_RANK"]}'
         torch.cuda.set_device(device)
     if gradient_accumulation_steps % world:
-        raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps} must be a multiple of the {world} processes")
+        raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps} "
+                         f"must be a multiple of the {world} processes")
     gradient_accumulation_steps //= world
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
@@ -88,10 +80,9 @@ if dtype not in ('float32', 'bfloat16'):
 ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
 torch.manual_seed(seed + rank)
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 
-# data: every rank draws the same global batch positions from one seeded generator and takes its share,
-# so N processes see exactly the batch one process would, and the stream can be saved and restored
+# data: every rank draws the same global batch positions from one seeded generator and takes its
+# share, so N processes see exactly the batch one process would, and the stream can be resumed
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
@@ -100,27 +91,30 @@ gen = torch.Generator().manual_seed(seed)
 # model
 iter_num, best_val_loss = 0, float('inf')
 if init_from == 'scratch':
-    gptconf = GPTConfig(**{k: globals()[k] for k in model_args(GPTConfig()) if k != 'vocab_size'}, vocab_size=meta['vocab_size'])
-    model = GPT(gptconf).to(device)
+    model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
+    model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size'])).to(device)
 elif init_from == 'resume':
     print(f"resuming from {ckpt_path}")
     model, ckpt = load_checkpoint(ckpt_path, device)
-    gptconf, block_size = model.config, model.config.block_size
-    if gptconf.vocab_size != meta['vocab_size']:
-        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the checkpoint has {gptconf.vocab_size}: use the checkpoint's dataset (--dataset={ckpt['config']['dataset']})")
+    block_size = model.config.block_size
+    if model.config.vocab_size != meta['vocab_size']:
+        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
+                         f"checkpoint has {model.config.vocab_size}: "
+                         f"use --dataset={ckpt['config']['dataset']}")
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
 else:
     raise ValueError(f"init_from={init_from!r}: use 'scratch' or 'resume'")
-train_data, val_data = load_tokens(data_dir, 'train'), load_tokens(data_dir, 'val')
-for name, d in (('train', train_data), ('val', val_data)):
-    if len(d) <= block_size + 1:
-        raise ValueError(f"{data_dir}/{name}.bin has {len(d)} tokens, fewer than one block of {block_size + 1}: lower --block_size or prepare more data")
+gptconf = model.config
+tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
+train_data = load_tokens(data_dir, 'train')
+val_data = load_tokens(data_dir, 'val')
+for name, data in (('train', train_data), ('val', val_data)):
+    if len(data) <= block_size + 1:
+        raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
+                         f"{block_size + 1}: lower --block_size or prepare more data")
 raw_model = model
-if master:
-    distinct, effective = raw_model.num_params()
-    print(f"parameters: {distinct / 1e6:.2f}M distinct, {effective / 1e6:.2f}M effective (tied blocks unrolled {gptconf.loops})")
-optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
-if init_from == 'resume':  # restore everything a step depends on, so the resumed run is bitwise the same
+optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
+if init_from == 'resume':  # restore all a step depends on, so the resumed run is bitwise the same
     optimizer.load_state_dict(ckpt['optimizer'])
     torch.set_rng_state(ckpt['rng']['torch'].cpu())
     gen.set_state(ckpt['rng']['data'].cpu())
@@ -133,27 +127,29 @@ if compile:
 if ddp:
     model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == 'cuda' else None)
 
-def get_batch(data, ix):  # rows of block_size + 1 tokens: inputs, and the same shifted by one as targets
-    xy = torch.stack([torch.from_numpy(data[i:i + block_size + 1].astype(np.int64)) for i in ix.tolist()])
+def get_batch(data, ix):
+    """Rows of block_size + 1 tokens from positions ix: the inputs, and the same shifted by one."""
+    rows = [torch.from_numpy(data[i:i + block_size + 1].astype(np.int64)) for i in ix.tolist()]
+    xy = torch.stack(rows)
     if device_type == 'cuda':
         xy = xy.pin_memory().to(device, non_blocking=True)
     return xy[:, :-1], xy[:, 1:]
 
 @torch.no_grad()
 def estimate_loss():
-    """Mean NLL at the final depth on fixed batches; its own generator leaves the training stream untouched."""
+    """Mean NLL at the final depth on fixed batches; their own generator leaves the training
+    stream untouched. Runs on rank 0 only, so on the raw model, not the DDP wrapper."""
     out, g = {}, torch.Generator().manual_seed(seed + 1)
-    model = raw_model  # not the DDP wrapper: only rank 0 evaluates
-    model.eval()
+    raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
         for _ in range(eval_iters):
-            x, y = get_batch(data, torch.randint(len(data) - block_size, (batch_size,), generator=g))
+            ix = torch.randint(len(data) - block_size, (batch_size,), generator=g)
             with ctx:
-                _, _, info = model(x, y)
+                _, _, info = raw_model(*get_batch(data, ix))
             losses.append(info['losses'][max(info['losses'])].item())
         out[split] = sum(losses) / len(losses)
-    model.train()
+    raw_model.train()
     return out
 
 def get_lr(it):  # linear warmup, then cosine decay to min_lr
@@ -165,25 +161,52 @@ def get_lr(it):  # linear warmup, then cosine decay to min_lr
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
 def sample_depths():
-    """Per segment k ~ 1 + Poisson(mean * exp(N(-s^2/2, s))), s = 0.5, capped at 2 * mean (Huginn's
-    log-normal Poisson): every depth gets trained. Drawn from the data generator, so it resumes exactly."""
-    rates = torch.tensor([k * math.exp(0.5 * torch.randn((), generator=gen).item() - 0.125) for k in gptconf.loops])
-    return tuple(min(2 * k, 1 + int(r)) for k, r in zip(gptconf.loops, torch.poisson(rates, generator=gen)))
+    """Huginn's log-normal Poisson: per segment k ~ 1 + Poisson(mean * exp(N(-s^2/2, s))), s = 0.5,
+    capped at 2 * mean, so every depth is trained. Drawn from the data generator: it resumes."""
+    noise = [math.exp(0.5 * torch.randn((), generator=gen).item() - 0.125) for _ in gptconf.loops]
+    rates = [k * n for k, n in zip(gptconf.loops, noise)]
+    draws = torch.poisson(torch.tensor(rates), generator=gen)
+    return tuple(min(2 * k, 1 + int(d)) for k, d in zip(gptconf.loops, draws))
 
 def save_checkpoint():
-    if not all(torch.isfinite(p).all() for p in raw_model.parameters()):  # never replace a good checkpoint with NaNs
-        print(f"not saving: the weights are no longer finite after iter {iter_num}; {ckpt_path} keeps the last good state")
+    if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
+        print(f"not saving: the weights are not finite after iter {iter_num}; "
+              f"{ckpt_path} keeps the last good state")
         return
     rng = {'torch': torch.get_rng_state(), 'data': gen.get_state()}
     if device_type == 'cuda':
         rng['cuda'] = torch.cuda.get_rng_state()
-    ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(), model_args=model_args(gptconf),
-                iter_num=iter_num, best_val_loss=best_val_loss, config=config, meta=meta, rng=rng)
+    ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
+                model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
+                config=config, meta=meta, rng=rng)
     os.makedirs(out_dir, exist_ok=True)
-    torch.save(ckpt, ckpt_path + '.tmp')  # write then rename: a crash mid-save never leaves a broken ckpt.pt
+    torch.save(ckpt, ckpt_path + '.tmp')  # write, then rename: a crash never leaves half a ckpt.pt
     os.replace(ckpt_path + '.tmp', ckpt_path)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
+def log_line(lossf, info, n_loops, lr, dt):
+    parts = [f"iter {iter_num}: loss {lossf:.4f}"]
+    if random_depth:
+        parts.append(f"k {n_loops}")
+    if len(info['losses']) > 1:  # multi-depth supervision: the loss at each supervised depth
+        depths = [f"k{k}:{v.item():.3f}" for k, v in info['losses'].items()]
+        parts.append("depths " + " ".join(depths))
+    if info['ponder'] is not None:  # ACT: the mean depth the gate chose
+        depth = info['depth'].float().mean().item()
+        parts.append(f"depth {depth:.2f} ponder {info['ponder'].item():.2f}")
+    if gptconf.loops:
+        parts.append("alpha " + "/".join(f"{a:.3f}" for a in raw_model.alphas()))
+    parts.append(f"lr {lr:.2e}, {dt * 1000:.0f}ms/iter, {tokens_per_iter / dt:,.0f} tok/s")
+    return ", ".join(parts)
+
+if master:
+    distinct, unrolled = raw_model.num_params()
+    print(f"parameters: {distinct / 1e6:.2f}M distinct, {unrolled / 1e6:.2f}M effective "
+          f"(tied blocks unrolled {gptconf.loops})")
+    epochs = max_iters * tokens_per_iter / len(train_data)
+    if epochs > 1:  # a schedule that repeats the data overfits it: see README Configs
+        print(f"warning: {max_iters} iterations of {tokens_per_iter:,} tokens make {epochs:.1f} "
+              f"epochs over {data_dir}/train.bin ({len(train_data):,} tokens)")
 if eval_only:
     if master:
         losses = estimate_loss()
@@ -194,52 +217,53 @@ stop = []  # Ctrl-C / SIGTERM only ask to stop: the step in flight finishes, the
 signal.signal(signal.SIGINT, lambda *_: stop.append(1))
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 if master:
-    print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to {max_iters}")
+    print(f"tokens per iteration: {tokens_per_iter:,}; "
+          f"training from iter {iter_num} to {max_iters}")
 last_loss, t0 = None, time.time()
 while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
         group['lr'] = lr
-    ix = torch.randint(len(train_data) - block_size, (gradient_accumulation_steps * world, batch_size), generator=gen)
     n_loops = sample_depths() if random_depth else None
+    # the global batch: gradient_accumulation_steps * world rows of positions; this rank's share
+    ix = torch.randint(len(train_data) - block_size, (gradient_accumulation_steps * world,
+                                                      batch_size), generator=gen)
+    my_rows = ix[rank * gradient_accumulation_steps:(rank + 1) * gradient_accumulation_steps]
     loss_sum = torch.zeros((), device=device)
-    for micro_step, rows in enumerate(ix[rank * gradient_accumulation_steps:(rank + 1) * gradient_accumulation_steps]):
+    for micro_step, rows in enumerate(my_rows):
         if ddp:  # sync gradients only on the last micro step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        x, y = get_batch(train_data, rows)
         with ctx:
-            _, loss, info = model(x, y, n_loops=n_loops)
-            loss = loss / gradient_accumulation_steps
+            _, loss, info = model(*get_batch(train_data, rows), n_loops=n_loops)
+        loss = loss / gradient_accumulation_steps
         loss.backward()
         loss_sum += loss.detach()
+    # all ranks must agree on the loss (for the NaN check) and on stopping, or the others would hang
     status = torch.stack([loss_sum / world, torch.tensor(float(len(stop)), device=device)])
-    if ddp:  # every rank must agree on the loss (for the NaN check) and on stopping, or the others would hang
+    if ddp:
         dist.all_reduce(status)
     lossf, stopping = status[0].item(), status[1].item() > 0
     if not math.isfinite(lossf):
-        raise SystemExit(f"error: loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); alphas {raw_model.alphas()}. "
-                         f"Lower --learning_rate or --alpha_init; {ckpt_path} was not overwritten.")
+        raise SystemExit(f"error: loss is {lossf} at iter {iter_num + 1} (last good loss "
+                         f"{last_loss}); alphas {raw_model.alphas()}. Lower --learning_rate or "
+                         f"--alpha_init; {ckpt_path} was not overwritten.")
     if grad_clip != 0.0:
         torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     iter_num, last_loss = iter_num + 1, lossf
     if master and (iter_num % log_interval == 0 or iter_num == 1):
-        dt, t0 = time.time() - t0, time.time()
-        n = log_interval if iter_num > 1 else 1
-        line = f"iter {iter_num}: loss {lossf:.4f}" + (f", k {n_loops}" if random_depth else "")
-        if len(info['losses']) > 1:
-            line += ", depths " + " ".join(f"k{k}:{v.item():.3f}" for k, v in sorted(info['losses'].items()))
-        if info['ponder'] is not None:
-            line += f", depth {info['depth'].float().mean().item():.2f} ponder {info['ponder'].item():.2f}"
-        alphas = "/".join(f"{a:.3f}" for a in raw_model.alphas())
-        print(line + (f", alpha {alphas}" if alphas else "") + f", lr {lr:.2e}, {dt * 1000 / n:.0f}ms/iter, {tokens_per_iter * n / dt:,.0f} tok/s")
+        steps = log_interval if iter_num > 1 else 1
+        dt, t0 = (time.time() - t0) / steps, time.time()
+        print(log_line(lossf, info, n_loops, lr, dt))
     if iter_num % eval_interval == 0 or iter_num == max_iters:
         if master:
             losses = estimate_loss()
-            print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
-            if not math.isfinite(losses['val']):  # this very step diverged: the next loss check stops every rank
-                print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
+            print(f"iter {iter_num}: train loss {losses['train']:.4f}, "
+                  f"val loss {losses['val']:.4f}")
+            if not math.isfinite(losses['val']):  # diverged: the next loss check stops every rank
+                print(f"not saving: val loss is {losses['val']}; "
+                      f"{ckpt_path} keeps the last good state")
             elif losses['val'] < best_val_loss or always_save_checkpoint:
                 best_val_loss = min(best_val_loss, losses['val'])
                 save_checkpoint()
@@ -247,7 +271,8 @@ while iter_num < max_iters:
     if stopping:
         if master:
             save_checkpoint()
-            print(f"interrupted after iter {iter_num}: resume with  python train.py ... --init_from=resume --out_dir={out_dir}")
+            print(f"interrupted after iter {iter_num}: resume with  python train.py ... "
+                  f"--init_from=resume --out_dir={out_dir}")
         break
 if ddp:
     dist.destroy_process_group()

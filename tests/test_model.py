@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import GPT, GPTConfig, load_checkpoint, model_args
+from model import GPT, GPTConfig, Halting, KVCache, load_checkpoint, model_args, relative_residual
 
 V = 50  # vocab size of every test model
 
@@ -59,17 +59,28 @@ def grads(m):
 
 
 def run_loop(m, idx, seg_i=0, k=None, exit=None):
-    """Call segment seg_i directly (input = prelude output, or previous segments run in full) and record the state
-    after every step via Loop.forward's on_step callback. -> (out, depth, ponder, resid, states[k+1]) with states[0]
-    the input."""
+    """Call segment seg_i directly (input = prelude output, or previous segments run in full) and record the
+    state after every step: Loop.forward yields them at a fixed depth; with ACT or an exit, a wrapper around
+    Loop.per_token's stop rule sees them. -> (out, depth, ponder, resid, states[k+1]), states[0] the input."""
     z = embed(m, idx)
     for s, kk in zip(m.segments[:seg_i], m.config.loops):
-        z = s(z, kk)[0]
+        z = list(s(z, kk))[-1]
     seg = m.segments[seg_i]
     k = k or m.config.loops[seg_i]
     states = [z.clone()]
-    out, depth, ponder, resid = seg(z, k, None, exit, m.readout, lambda i, s: states.append(s.detach().clone()))
-    return out, depth, ponder, resid, states
+    if not m.config.act and exit is None:
+        states += [s.detach().clone() for s in seg(z, k)]
+        resid = relative_residual(states[-1], states[-2])
+        return states[-1], torch.full(z.shape[:2], k), None, resid, states
+    rule = Halting(seg.gate, z, k) if m.config.act else m.exit_rule(exit, seg_i)
+
+    def stop(i, s, r):
+        states.append(s.detach().clone())
+        return rule(i, s, r)
+    out, depth, resid = seg.per_token(z, k, stop)
+    if m.config.act:
+        return rule.out, depth, rule.ponder, resid, states
+    return out, depth, None, resid, states
 
 
 def peaky(seed=0, wte=40.0, wpe=1.0, **kw):
@@ -531,7 +542,9 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.weight[0, 0] = 3.0
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
-        out, depth, ponder, _ = seg(z, 5, on_step=lambda i, s: states.append(s.clone()))
+        halting = Halting(seg.gate, z, 5)
+        _, depth, _ = seg.per_token(z, 5, lambda i, s, r: states.append(s.clone()) or halting(i, s, r))
+        out, ponder = halting.out, halting.ponder
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
     assert len(depth.unique()) >= 3
@@ -694,17 +707,18 @@ def test_skipped_iterations_reuse_the_last_computed_keys_values():
     idx = batch(1, 12)[0]
     seen = set()
     with torch.no_grad():
-        cache = []
+        cache = KVCache(m.config.block_size)
         m(idx[:, :4], exit=exit, cache=cache)
         for t in range(4, 12):
             d = m(idx[:, t:t + 1], exit=exit, cache=cache)[2]['depth'].item()
             seen.add(d)
-            slot = lambda i: cache[P + i - 1]  # the tied block's slot at iteration i (resid exit: no readout slots)
-            assert all(slot(i)[2] == t + 1 for i in range(1, k + 1))
+            assert cache.pos == t + 1
+            keys = lambda i: cache.kv[0, i - 1][0]  # the tied block's slot at iteration i (1-based)
+            values = lambda i: cache.kv[0, i - 1][1]
             for i in range(2, k + 1):
-                same = torch.equal(slot(i)[0][:, :, t], slot(i - 1)[0][:, :, t])
+                same = torch.equal(keys(i)[:, :, t], keys(i - 1)[:, :, t])
                 assert same == (i > d), (t, d, i)  # copied iff skipped (computed keys differ from step to step)
-                assert torch.equal(slot(i)[1][:, :, t], slot(i - 1)[1][:, :, t]) == (i > d)
+                assert torch.equal(values(i)[:, :, t], values(i - 1)[:, :, t]) == (i > d)
     assert len(seen) >= 2 and min(seen) < k, "test needs tokens that exit early"
 
 
@@ -888,7 +902,7 @@ def test_chunked_kv_cache_matches_full():
     idx = batch(1, 8)[0]
     with torch.no_grad():
         full = m(idx)[0]
-        cache = []
+        cache = KVCache(m.config.block_size)
         a = m(idx[:, :4], cache=cache)[0]
         b = m(idx[:, 4:], cache=cache)[0]
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
