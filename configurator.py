@@ -2,8 +2,7 @@
 Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
 A config file sets globals; --key=value then overrides one. Every key must already be a global of
-the script, of the same type, so a typo or a wrong type fails at once with a one-line message
-instead of silently training the wrong model.
+the script, of the same type, so a typo or a wrong type fails at once with a one-line message.
 """
 import os
 import sys
@@ -13,16 +12,14 @@ from difflib import get_close_matches
 
 def _excepthook(kind, err, tb, _default=sys.excepthook):
     # bad input: a ValueError or FileNotFoundError that nanoloop raised on purpose (the failing
-    # line is a `raise` in one of its files) already names the fix, so it gets one line. Anything
-    # else is a bug and keeps its traceback.
-    here = os.path.dirname(os.path.abspath(__file__))
+    # line is a `raise` in one of its files) names the fix already: one line. Any other is a bug.
     last = traceback.extract_tb(tb)[-1] if tb else None
-    in_nanoloop = last is not None and os.path.dirname(os.path.abspath(last.filename)) == here
-    on_purpose = in_nanoloop and last.line.startswith('raise')
-    if issubclass(kind, (ValueError, FileNotFoundError)) and on_purpose:
+    ours = last and os.path.dirname(os.path.abspath(last.filename)) == _HERE
+    if issubclass(kind, (ValueError, FileNotFoundError)) and ours and last.line.startswith('raise'):
         print(f"error: {err}", file=sys.stderr)
     else:
         _default(kind, err, tb)
+_HERE = os.path.dirname(os.path.abspath(__file__))
 sys.excepthook = _excepthook
 
 def _set(key, val, where):
@@ -31,8 +28,8 @@ def _set(key, val, where):
         hint = f"; did you mean '{near[0]}'?" if near else ""
         sys.exit(f"error: unknown config key '{key}' ({where}){hint}")
     old = globals()[key]
-    if isinstance(old, bool) and isinstance(val, str) and val.lower() in ('true', 'false'):
-        val = val.lower() == 'true'
+    if isinstance(old, bool) and str(val).lower() in ('true', 'false'):
+        val = str(val).lower() == 'true'
     elif isinstance(old, float) and type(val) is int:
         val = float(val)
     elif isinstance(old, tuple) and type(val) is int:
@@ -51,24 +48,25 @@ def _run_config(path, into):
     include = lambda name: _run_config(os.path.join(os.path.dirname(path), name), into)
     exec(src, {'include': include}, into)
 
-_talk = os.environ.get('RANK', '0') == '0'  # under torchrun only rank 0 talks
 for _arg in sys.argv[1:]:
-    if not _arg.startswith('--'):  # a config file
-        if _talk:
-            print(f"Overriding config with {_arg}")
-        _cfg = {}
-        _run_config(_arg, _cfg)
-        for _k, _v in _cfg.items():
-            if not _k.startswith('_') and not isinstance(_v, type(sys)):  # skip imports
-                _set(_k, _v, _arg)
+    if _arg.startswith('--'):
+        _key, _eq, _val = _arg[2:].partition('=')
+        if not _eq:
+            sys.exit(f"error: '{_arg}' needs a value: write {_arg}=VALUE")
+        try:
+            _val = literal_eval(_val)
+        except (SyntaxError, ValueError):
+            pass  # a bare string, e.g. --dataset=topics
+        _updates = {_key: _val}
+    else:  # a config file
+        _updates = {}
+        _run_config(_arg, _updates)
+    for _key, _val in _updates.items():
+        if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
+            _set(_key, _val, _arg)
+    if os.environ.get('RANK', '0') != '0':  # under torchrun only rank 0 talks
         continue
-    if '=' not in _arg:
-        sys.exit(f"error: '{_arg}' needs a value: write {_arg}=VALUE")
-    _k, _v = _arg[2:].split('=', 1)
-    try:
-        _v = literal_eval(_v)
-    except (SyntaxError, ValueError):
-        pass  # a bare string, e.g. --dataset=topics
-    _set(_k, _v, _arg)
-    if _talk:
-        print(f"Overriding: {_k} = {globals()[_k]!r}")
+    if _arg.startswith('--'):
+        print(f"Overriding: {_key} = {globals()[_key]!r}")
+    else:
+        print(f"Overriding config with {_arg}")

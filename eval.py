@@ -50,8 +50,7 @@ def pack_docs(docs_tokens, eot, T):
 @torch.no_grad()
 def score(model, x, n_loops=None, exit=None, label='eval docs'):
     """-> per-token (nll, depth, resid) of token rows x: nll[:, j - 1] scores target position j
-    (the logits at j - 1 predict x[:, j]). Not the model's training loss (a mean over supervised
-    depths, plus the ACT ponder cost): the plain NLL at the depth the model ran."""
+    (the logits at j - 1 predict x[:, j]). The plain NLL, not the training loss."""
     nll, depth, resid, t0 = [], [], [], time.time()
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
@@ -76,8 +75,7 @@ def suffix_nll(nll, real, start):
     return dict(masked=masked, unmasked=nll.mean().item(), pad_fraction=pad_fraction)
 
 def val_rows(data, T):
-    """eval_iters * batch_size rows of T val tokens at fixed, seeded positions: every depth is
-    scored on the same text."""
+    """Rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
     if len(data) <= T:
         raise ValueError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
@@ -106,9 +104,8 @@ def depth_scan(model, rows):
     return scan
 
 def early_exit_curve(model, rows, scan):
-    """Post-hoc per-token exit (a token stops looping once exit_kind passes the threshold) beside
-    uniform depth at the same mean compute, interpolated between the whole depths around it.
-    Empty for ACT (its gate already picks the depth) and for a plain transformer."""
+    """Post-hoc per-token exit beside uniform depth at the same mean compute (interpolated
+    between the whole depths around it). Empty for ACT (its gate picks the depth) or no loop."""
     if model.config.act or not model.config.loops:
         return []
     n_seg = len(model.config.loops)
@@ -125,9 +122,8 @@ def early_exit_curve(model, rows, scan):
     return curve
 
 def topic_depths(nll, depth, real, topics):
-    """Per topic: the NLL over every real target of its documents (the whole first block, not only
-    the suffix: more tokens, less noise), the mean iterations used by the tokens that made those
-    predictions, and how many there were."""
+    """Per topic: the NLL over every real target of its documents (the whole block, not only the
+    suffix: less noise), the mean iterations spent on those predictions, and how many."""
     out = {}
     for topic in sorted(set(topics)):
         mine = torch.tensor([t == topic for t in topics])[:, None]
@@ -137,14 +133,11 @@ def topic_depths(nll, depth, real, topics):
     return out
 
 def residual_probe(nll, resid, real):
-    """Pearson r between each real token's final relative residual |z_k - z_k-1| / |z_k-1| and the
-    NLL of its prediction: does a state that still moves signal uncertainty? (The paper: weakly,
-    r = +0.27..0.39.) None when it is undefined (no loop: a constant residual)."""
+    """Pearson r between each real token's final relative residual and the NLL of its prediction:
+    does a state that still moves signal uncertainty? (The paper: weakly, r = +0.27..0.39.)"""
     m = real[:, 1:]
-    if m.sum() < 2:
-        return None
-    with np.errstate(all='ignore'):
-        r = np.corrcoef(resid[:, :-1][m].numpy(), nll[m].numpy())[0, 1]
+    with np.errstate(all='ignore'):  # undefined (None) for a constant residual: no loop
+        r = np.corrcoef(resid[:, :-1][m].numpy(), nll[m].numpy())[0, 1] if m.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
 def svg_chart(title, series, w=400, h=200):
@@ -166,16 +159,15 @@ def svg_chart(title, series, w=400, h=200):
     return ''.join(svg) + '</svg>'
 
 def write_html(path, docs, tokens, depth, decode, report):
-    """The depth map: three documents per topic, each token's background coloured by the
-    iterations spent predicting it, under a chart of NLL against mean depth. All document text goes
-    through html.escape, so markup shows as text and never runs."""
+    """The depth map: three documents per topic, each token coloured by the iterations spent
+    predicting it, under the chart of NLL against depth. All text goes through html.escape."""
     esc, top = html_lib.escape, max(int(depth.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / top:.0f},85%,82%)"  # blue: few iterations; red: many
     exits = [(c['mean_depth'], c['nll']) for c in report['early_exit']]
     uniform = [(s['mean_depth'], s['nll']) for s in report['depth_scan']]
     uniform += [(c['mean_depth'], c['uniform_nll']) for c in report['early_exit']]
-    chart = svg_chart('val NLL against mean depth',
-                      [('per-token exit', 'crimson', exits), ('uniform depth', 'steelblue', uniform)])
+    series = [('per-token exit', 'crimson', exits), ('uniform depth', 'steelblue', uniform)]
+    chart = svg_chart('val NLL against mean depth', series)
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(depth.min()), top + 1))
     page = ['<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title>',
@@ -188,45 +180,39 @@ def write_html(path, docs, tokens, depth, decode, report):
         for t, d in zip(tokens[i][1:], depth[i].tolist()):  # zip stops at the block's end
             spans.append(f'<span title="{d}" style="background:{colour(d)}">'
                          f'{esc(decode([t]))}</span>')
-        page.append(f'<h3>{esc(doc["topic"])}</h3>'
-                    f'<div style="white-space:pre-wrap;font-family:monospace">{"".join(spans)}</div>')
+        page.append(f'<h3>{esc(doc["topic"])}</h3><div style="white-space:pre-wrap;'
+                    f'font-family:monospace">{"".join(spans)}</div>')
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
 
+def print_rows(title, rows):
+    """One line per row of a report section: its keys and values, as in eval.json."""
+    print(f"\n{title}:")
+    for row in rows:
+        cells = [f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()]
+        print("  " + "   ".join(cells))
+    if not rows:
+        print("  none")
+
 def print_report(r):
-    fmt = lambda v: 'n/a' if v is None else f"{v:.3f}"
-    s = r['suffix_nll']
-    print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {r['suffix_start']}..{r['block_size'] - 1}):"
+    s, fmt = r['suffix_nll'], lambda v: 'n/a' if v is None else f"{v:.3f}"
+    targets = f"{r['suffix_start']}..{r['block_size'] - 1}"
+    print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {targets}):"
           f" masked (real tokens) {fmt(s['masked'])} | unmasked (all) {fmt(s['unmasked'])}"
           f" | pad {s['pad_fraction']:.1%}")
     if s['pad_fraction'] > 0.05:  # the paper's was 61.6% pad, and ranking by it inverted the board
         print(f"  note: {s['pad_fraction']:.0%} of the scored targets are padding (over 5%): "
               "the unmasked NLL mostly measures padding; rank by masked")
-    print("\ndepth scan (val; k loops in every segment):")
-    for d in r['depth_scan']:
-        print(f"  k={d['k']:<4} mean depth {d['mean_depth']:6.2f}   NLL {d['nll']:.3f}")
-    print(f"\nearly exit ({exit_kind}, per token, post hoc) vs uniform depth at the same mean "
-          "compute (diff < 0: exit wins):")
-    for c in r['early_exit']:
-        print(f"  threshold {c['threshold']:<5} mean depth {c['mean_depth']:6.2f}   "
-              f"NLL {c['nll']:.3f}   uniform NLL {c['uniform_nll']:.3f}   "
-              f"diff {c['nll'] - c['uniform_nll']:+.3f}")
-    if not r['early_exit']:
-        print("  none: the ACT gate already picks each token's depth (see topics), or no loop")
-    print(f"\ntopics (NLL over all real tokens of each doc's first block; "
-          f"depth from {r['depth_source']}):")
-    for name, t in r['topics'].items():
-        print(f"  {name[:16]:16} {t['tokens']:7d} tokens   NLL {fmt(t['nll'])}   "
-              f"mean depth {t['mean_depth']:6.2f}")
+    print_rows("depth scan (val; k loops in every segment)", r['depth_scan'])
+    print_rows(f"early exit ({exit_kind}, per token, post hoc) vs uniform depth at the same mean "
+               "depth (diff < 0: exit wins; none with ACT or without a loop)",
+               [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']])
+    print_rows(f"topics (NLL over the real tokens of each doc's first block; depth from "
+               f"{r['depth_source']})", [dict(topic=n, **t) for n, t in r['topics'].items()])
     print(f"\nresidual probe: Pearson r(final relative residual, NLL) over real tokens = "
           f"{fmt(r['residual_probe_r'])}")
     print(f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}")
     print(f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
-
-def first_docs_per_topic(docs, n):
-    """The first n documents of each topic, grouped by topic in order of first appearance."""
-    topics = dict.fromkeys(d['topic'] for d in docs)
-    return [d for t in topics for d in [d for d in docs if d['topic'] == t][:n]]
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
@@ -251,7 +237,8 @@ if __name__ == '__main__':
                          "the tokenizer the model was trained with")
     encode, decode, eot = get_tokenizer(meta['tokenizer'])
     docs, n_bad = read_eval_docs(os.path.join(data_dir, 'eval.jsonl'))
-    docs = first_docs_per_topic(docs, max_docs)
+    topics = dict.fromkeys(d['topic'] for d in docs)  # the first max_docs of each, grouped by topic
+    docs = [d for t in topics for d in [d for d in docs if d['topic'] == t][:max_docs]]
     if not docs:
         raise ValueError(f"{data_dir}/eval.jsonl has no usable documents ({n_bad} malformed "
                          "lines): re-run prepare.py")

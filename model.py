@@ -7,7 +7,7 @@ Read GPT.forward first, then Loop (step, forward: the phantom gradient, per_toke
 then KVCache and generate.
 """
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -57,7 +57,6 @@ class KVCache:
         self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
 
     def update(self, slot, k, v):
-        """Store this chunk's keys and values (B, heads, T, head size); return all so far."""
         if slot not in self.kv:
             self.kv[slot] = k.new_empty(2, *k.shape[:2], self.block_size, k.size(3))
         end = self.pos + k.size(2)
@@ -143,13 +142,11 @@ class Loop(nn.Module):
         return torch.sigmoid(self.alpha_logit)
 
     def step(self, z, cache=None, slot=None):
-        """One damped fixed-point step of the tied block."""
         return z + self.alpha() * (self.block(z, cache, slot) - z)
 
     def forward(self, z, k, cache=None, segment=0):
-        """Yield the state after each of k steps. In training with the phantom gradient, the first
-        k - phantom_steps steps build no graph (Huginn's truncated backprop: a no-grad loop, then a
-        loop with gradients)."""
+        """Yield the state after each of k steps. The phantom gradient (in training): the first
+        k - phantom_steps steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
         n_free = max(k - self.c.phantom_steps, 0) if self.c.phantom and self.training else 0
         z_in = z
         for i in range(n_free):
@@ -165,9 +162,8 @@ class Loop(nn.Module):
 
     def per_token(self, z, k, stop, cache=None, segment=0):
         """Per-token depth, the frozen-state protocol: after step i, stop(i, z, r) marks the tokens
-        that stop there (r: each token's relative residual at that step). A stopped token's state is
-        frozen; the tokens still running keep attending to it. -> (z, depth, resid): depth (B, T) is
-        the steps each token ran, resid (B, T) the relative residual of its last step."""
+        that stop there (r: relative residuals). A stopped token's state is frozen; the others still
+        attend to it. -> z, and per token the steps it ran and the residual of its last one."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
@@ -194,7 +190,7 @@ class Halting:
         self.gate, self.k, self.eps = gate, k, eps
         self.running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # sum of h over the steps taken so far
-        self.out = torch.zeros_like(z)
+        self.out = torch.zeros_like(z)  # the weighted mean of the states
         self.ponder = torch.zeros(z.shape[:2], device=z.device)
 
     def __call__(self, i, z, r):
@@ -237,7 +233,7 @@ class GPT(nn.Module):
                 nn.init.zeros_(p)
 
     def num_params(self):
-        """-> (distinct parameters, parameters with every tied block counted once per iteration)"""
+        """-> (distinct parameters, parameters with each tied block counted once per step)"""
         distinct = sum(p.numel() for p in self.parameters())
         per_block = [sum(p.numel() for p in s.block.parameters()) for s in self.segments]
         return distinct, distinct + sum((k - 1) * n for k, n in zip(self.config.loops, per_block))
@@ -274,13 +270,12 @@ class GPT(nn.Module):
         # the tied segments, each k steps: a fixed depth, or a depth per token (ACT gate, exit)
         depth = torch.zeros(B, T, dtype=torch.long, device=idx.device)
         resid = torch.zeros(B, T, device=idx.device)
-        losses, ponder, done = {}, None, 0
+        losses, ponder, done = {}, torch.zeros_like(resid), 0
         for s, (seg, k) in enumerate(zip(self.segments, loops)):
             if self.config.act:
                 halting = Halting(seg.gate, z, k)
                 _, d, resid = seg.per_token(z, k, halting, cache, s)
-                z = halting.out
-                ponder = halting.ponder if ponder is None else ponder + halting.ponder
+                z, ponder = halting.out, ponder + halting.ponder
             elif exit is not None:
                 z, d, resid = seg.per_token(z, k, self.exit_rule(exit, s, cache), cache, s)
             else:
@@ -294,13 +289,13 @@ class GPT(nn.Module):
         logits = self.readout(z, cache)
         if cache is not None:
             cache.pos = start + T
+        ponder = ponder.mean() if self.config.act else None  # ACT: mean ponder cost per token
         loss = None
         if targets is not None:
             losses[total] = self.loss(logits, targets)
             loss = sum(losses.values()) / len(losses)  # the mean over the supervised depths
-            if ponder is not None:
-                loss = loss + self.config.halt_penalty * ponder.mean()
-        ponder = None if ponder is None else ponder.mean()
+            if self.config.act:
+                loss = loss + self.config.halt_penalty * ponder
         return logits, loss, dict(depth=depth, losses=losses, ponder=ponder, resid=resid)
 
     def readout(self, z, cache=None, at=()):
@@ -336,16 +331,15 @@ class GPT(nn.Module):
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True,
                  return_depth=False):
         """Sample max_new_tokens tokens after idx (B, T); with return_depth, also the loop depth
-        spent predicting each. With the KV cache the prompt is encoded once, then each new token
-        runs alone; one that stops early (exit, ACT) skips its remaining steps (KVCache.skip).
-        Re-encoding (kv_cache=False) re-projects a frozen state at every step instead, so with
-        exits the two may sample differently; at a fixed depth never. Past block_size, each step
-        re-encodes the last block_size tokens: positions are learned, so keys cannot slide."""
+        spent on each. With the KV cache, each new token runs alone after the prompt; one that
+        stops early skips its remaining steps (KVCache.skip). Re-encoding (kv_cache=False) runs
+        a frozen state's steps instead, so with exits the two may differ; at a fixed depth never."""
         block_size, cache, depths = self.config.block_size, None, []
         for _ in range(max_new_tokens):
             if cache is not None and idx.size(1) <= block_size:
                 chunk = idx[:, -1:]  # only the new token: the others' keys and values are cached
-            else:  # the first step, no cache, or a context past block_size: (re-)encode it all
+            else:  # the first step, no cache, or past block_size (learned positions: keys can't
+                # slide): (re-)encode the last block_size tokens
                 cache = KVCache(block_size) if kv_cache else None
                 chunk = idx[:, -block_size:]
             logits, _, info = self(chunk, n_loops=n_loops, exit=exit, cache=cache)
@@ -383,11 +377,10 @@ def load_checkpoint(path, device='cpu'):
         raise FileNotFoundError(f"no checkpoint at {path}: train one, or set --out_dir") from None
     except ValueError as e:  # a config that the checkpoint should never have held
         raise ValueError(f"{path}: {e}") from None
-    except Exception as e:
+    except Exception as e:  # weights_only refused it, or it is no checkpoint at all
+        why = "is truncated or not a nanoloop checkpoint"
         if 'Weights only' in str(e):
             why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
-        else:
-            why = "is truncated or not a nanoloop checkpoint"
         raise ValueError(f"{path} {why}") from None
     return model.to(device), ckpt
 
@@ -401,6 +394,3 @@ def parse_exit(s):
         pass
     raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', "
                      "e.g. 'maxprob:0.9'")
-
-def model_args(config):
-    return {f.name: getattr(config, f.name) for f in fields(config)}

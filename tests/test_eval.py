@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import GPT, GPTConfig, model_args
+from dataclasses import asdict as model_args
+from model import GPT, GPTConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}  # several subprocesses share two cores

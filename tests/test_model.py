@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model import GPT, GPTConfig, Halting, KVCache, load_checkpoint, model_args, relative_residual
+from dataclasses import asdict as model_args
+from model import GPT, GPTConfig, Halting, KVCache, load_checkpoint, relative_residual
 
 V = 50  # vocab size of every test model
 
