@@ -4,11 +4,7 @@ fraction), NLL against loop depth, post-hoc early exit against uniform depth, lo
 the residual-norm probe and the alphas. Prints a report and writes out_dir/eval.json:
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 """
-import os
-import json
-import math
-import time
-import html as html_lib
+import os, json, math, time, html as html_lib
 from contextlib import nullcontext
 import numpy as np
 import torch
@@ -30,15 +26,15 @@ max_docs = 200          # eval.jsonl documents per topic
 html = ''               # write the depth map to this file
 seed = 1337
 # -----------------------------------------------------------------------------
-# per exit kind: the thresholds swept by the early-exit curve, and the one for per-topic depth
+# per exit kind: the thresholds of the early-exit curve, and the one for per-topic depth
 DEFAULTS = {'maxprob': ((0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 0.9),
             'resid': ((0.2, 0.1, 0.05, 0.02, 0.01), 0.05)}
 ctx = nullcontext()     # float32 on CPU; bf16 autocast on CUDA (set below)
 
 def pack_docs(docs_tokens, eot, T):
     """Each document + EOT -> one row of T tokens, truncated or right-padded with EOT.
-    real[i, j]: position j holds the document, up to and including its first EOT. Decided by
-    position, not by id, because every pad IS an EOT."""
+    real[i, j]: position j holds the document, up to and including its first EOT (decided by
+    position, not by id, because every pad IS an EOT)."""
     x = torch.full((len(docs_tokens), T), eot)
     real = torch.zeros(len(docs_tokens), T, dtype=torch.bool)
     for i, toks in enumerate(docs_tokens):
@@ -51,24 +47,22 @@ def pack_docs(docs_tokens, eot, T):
 def score(model, x, n_loops=None, exit=None, label='eval docs'):
     """-> per-token (nll, depth, resid) of token rows x: nll[:, j - 1] scores target position j
     (the logits at j - 1 predict x[:, j]). The plain NLL, not the training loss."""
-    nll, depth, resid, t0 = [], [], [], time.time()
+    out, t0 = [], time.time()
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
         with ctx:
             logits, _, info = model(xb, n_loops=n_loops, exit=exit)
-        logits = logits[:, :-1].float().transpose(1, 2)
-        nll.append(F.cross_entropy(logits, xb[:, 1:], reduction='none').cpu())
-        depth.append(info['depth'].cpu())
-        resid.append(info['resid'].float().cpu())
+        nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), xb[:, 1:], reduction='none')
+        out.append((nll.cpu(), info['depth'].cpu(), info['resid'].float().cpu()))
         if time.time() - t0 > 5:  # a counter, every 5 s of a slow eval
             print(f"  {label}: {i + len(xb)}/{len(x)} rows", flush=True)
             t0 = time.time()
-    return torch.cat(nll), torch.cat(depth), torch.cat(resid)
+    return [torch.cat(column) for column in zip(*out)]
 
 def suffix_nll(nll, real, start):
-    """The paper's benchmark: the loss on target positions start..T-1 only. 'unmasked' counts every
-    one, pad included; 'masked' only the real tokens. Report both and the pad share: when most
-    targets are pad, the two can rank models oppositely."""
+    """The paper's benchmark: the loss on target positions start..T-1. 'unmasked' counts every
+    target, pad included; 'masked' only the real ones. When most targets are pad, the two can rank
+    models oppositely: report both, and the pad share."""
     nll, real = nll[:, start - 1:], real[:, start:]
     masked = nll[real].mean().item() if real.any() else None
     pad_fraction = 1 - real.float().mean().item()
@@ -85,40 +79,33 @@ def val_rows(data, T):
 
 def val_nll(model, rows, n_loops=None, exit=None):
     """-> (mean NLL, mean loop iterations per predicting token) on the val rows."""
-    label = f"val, exit {exit}" if exit else f"val, k={n_loops}"
-    nll, depth, _ = score(model, rows, n_loops, exit, label)
+    nll, depth, _ = score(model, rows, n_loops, exit, f"val, {exit or f'k={n_loops}'}")
     return nll.mean().item(), depth[:, :-1].float().mean().item()
 
 def depth_scan(model, rows):
-    """Val NLL with every tied segment looped k = 1, 2, 4, ... times up to the trained depth, and
-    at twice it. Trained at the final depth only, NLL falls with k; trained at every depth, it is
-    flat from k = 1 (the trade-off law)."""
+    """Val NLL with every tied segment looped k = 1, 2, 4, ... times up to the trained depth and
+    twice it. Trained at the last depth only, NLL falls with k; trained at every depth, it is flat
+    from k = 1 (the trade-off law). A plain transformer is scored once, as k = 0."""
     trained = max(model.config.loops, default=0)
-    if not trained:  # a plain transformer: scored once, as k = 0
-        return [dict(k=0, nll=val_nll(model, rows)[0], mean_depth=0.0)]
     ks = sorted({2 ** i for i in range(trained.bit_length())} | {trained, 2 * trained})
-    scan = []
-    for k in ks:
-        nll, mean_depth = val_nll(model, rows, k)
-        scan.append(dict(k=k, nll=nll, mean_depth=mean_depth))
-    return scan
+    scan = [(k, *val_nll(model, rows, k or None)) for k in ks]
+    return [dict(k=k, nll=nll, mean_depth=mean_depth) for k, nll, mean_depth in scan]
 
 def early_exit_curve(model, rows, scan):
     """Post-hoc per-token exit beside uniform depth at the same mean compute (interpolated
     between the whole depths around it). Empty for ACT (its gate picks the depth) or no loop."""
     if model.config.act or not model.config.loops:
         return []
-    n_seg = len(model.config.loops)
     uniform = {s['k']: s['nll'] for s in scan}  # k -> NLL, filled in where the curve needs it
     curve = []
     for t in thresholds or DEFAULTS[exit_kind][0]:
         nll, mean_depth = val_nll(model, rows, exit=(exit_kind, t))
-        k = mean_depth / n_seg  # the same compute as a uniform k in every segment
+        k = mean_depth / len(model.config.loops)  # the same compute as k in every segment
         for whole in {max(1, math.floor(k)), math.ceil(k)} - set(uniform):
             uniform[whole] = val_nll(model, rows, whole)[0]
         ks, nlls = zip(*sorted(uniform.items()))
-        curve.append(dict(threshold=t, mean_depth=mean_depth, nll=nll,
-                          uniform_nll=float(np.interp(k, ks, nlls))))
+        u = float(np.interp(k, ks, nlls))
+        curve.append(dict(threshold=t, mean_depth=mean_depth, nll=nll, uniform_nll=u))
     return curve
 
 def topic_depths(nll, depth, real, topics):
@@ -126,10 +113,9 @@ def topic_depths(nll, depth, real, topics):
     suffix: less noise), the mean iterations spent on those predictions, and how many."""
     out = {}
     for topic in sorted(set(topics)):
-        mine = torch.tensor([t == topic for t in topics])[:, None]
-        m = real[:, 1:] & mine
-        out[topic] = dict(nll=nll[m].mean().item(), tokens=int(m.sum()),
-                          mean_depth=depth[:, :-1][m].float().mean().item())
+        m = real[:, 1:] & torch.tensor([t == topic for t in topics])[:, None]
+        mean_depth = depth[:, :-1][m].float().mean().item()
+        out[topic] = dict(nll=nll[m].mean().item(), mean_depth=mean_depth, tokens=int(m.sum()))
     return out
 
 def residual_probe(nll, resid, real):
@@ -140,23 +126,19 @@ def residual_probe(nll, resid, real):
         r = np.corrcoef(resid[:, :-1][m].numpy(), nll[m].numpy())[0, 1] if m.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-def svg_chart(title, series, w=400, h=200):
-    """NLL against mean depth as a small line chart in plain SVG.
-    series: [(name, colour, [(depth, nll), ...]), ...]"""
+def svg_chart(title, series):
+    """NLL against mean depth as a line chart in plain SVG; series: [(name, colour, [(x, y)])]."""
     points = [p for _, _, ps in series for p in ps] or [(0, 0)]
-    x0, x1 = min(x for x, _ in points), max(x for x, _ in points) + 1e-9
-    y0, y1 = min(y for _, y in points), max(y for _, y in points) + 1e-9
-    def xy(x, y):  # data -> pixels: a 280 x 140 plot at (50, 30)
-        return f"{50 + 280 * (x - x0) / (x1 - x0):.1f},{170 - 140 * (y - y0) / (y1 - y0):.1f}"
-    svg = [f'<svg width="{w}" height="{h}" font-size="11">',
-           f'<text x="50" y="12">{title}</text>',
-           f'<text y="34">{y1:.2f}</text><text y="170">{y0:.2f}</text>',
-           f'<text x="50" y="192">depth {x0:.1f}</text><text x="300" y="192">{x1:.1f}</text>']
+    (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0) + 1e-9
+    xy = lambda x, y: f"{50 + 280 * (x - x0) / (x1 - x0):.1f},{170 - 140 * (y-y0) / (y1-y0):.1f}"
+    svg = (f'<svg width="400" height="200" font-size="11"><text x="50" y="12">{title}</text>'
+           f'<text y="34">{y1:.2f}</text><text y="170">{y0:.2f}</text>'
+           f'<text x="50" y="192">depth {x0:.1f}</text><text x="300" y="192">{x1:.1f}</text>')
     for i, (name, colour, ps) in enumerate(series):
         line = ' '.join(xy(x, y) for x, y in sorted(dict(ps).items()))  # one point per depth
-        svg.append(f'<polyline fill="none" stroke="{colour}" points="{line}"/>')
-        svg.append(f'<text x="300" y="{30 + 14 * i}" fill="{colour}">{name}</text>')
-    return ''.join(svg) + '</svg>'
+        svg += f'<polyline fill="none" stroke="{colour}" points="{line}"/>'
+        svg += f'<text x="300" y="{30 + 14 * i}" fill="{colour}">{name}</text>'
+    return svg + '</svg>'
 
 def write_html(path, docs, tokens, depth, decode, report):
     """The depth map: three documents per topic, each token coloured by the iterations spent
@@ -167,38 +149,33 @@ def write_html(path, docs, tokens, depth, decode, report):
     uniform = [(s['mean_depth'], s['nll']) for s in report['depth_scan']]
     uniform += [(c['mean_depth'], c['uniform_nll']) for c in report['early_exit']]
     series = [('per-token exit', 'crimson', exits), ('uniform depth', 'steelblue', uniform)]
-    chart = svg_chart('val NLL against mean depth', series)
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(depth.min()), top + 1))
-    page = ['<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title>',
-            f'<body style="font-family:sans-serif"><h2>Loop depth per token</h2>{chart}',
+    page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
+            f'<h2>Loop depth per token</h2>{svg_chart("val NLL against mean depth", series)}'
             f'<p>Depth from {esc(report["depth_source"])}. Iterations: {legend}</p>']
     for i, doc in enumerate(docs):  # docs come grouped by topic: show each topic's first three
         if i >= 3 and docs[i - 3]['topic'] == doc['topic']:
             continue
-        spans = [esc(decode(tokens[i][:1]))]  # the first token is predicted by nothing
+        spans = esc(decode(tokens[i][:1]))  # the first token is predicted by nothing
         for t, d in zip(tokens[i][1:], depth[i].tolist()):  # zip stops at the block's end
-            spans.append(f'<span title="{d}" style="background:{colour(d)}">'
-                         f'{esc(decode([t]))}</span>')
-        page.append(f'<h3>{esc(doc["topic"])}</h3><div style="white-space:pre-wrap;'
-                    f'font-family:monospace">{"".join(spans)}</div>')
+            spans += f'<span title="{d}" style="background:{colour(d)}">{esc(decode([t]))}</span>'
+        page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
 
 def print_rows(title, rows):
-    """One line per row of a report section: its keys and values, as in eval.json."""
+    """One report section: a line per row, its keys and values as in eval.json."""
     print(f"\n{title}:")
-    for row in rows:
-        cells = [f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()]
-        print("  " + "   ".join(cells))
-    if not rows:
-        print("  none")
+    for row in rows or [{'none': ''}]:
+        print("  " + "   ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                 for k, v in row.items()))
 
 def print_report(r):
     s, fmt = r['suffix_nll'], lambda v: 'n/a' if v is None else f"{v:.3f}"
     targets = f"{r['suffix_start']}..{r['block_size'] - 1}"
-    print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {targets}):"
-          f" masked (real tokens) {fmt(s['masked'])} | unmasked (all) {fmt(s['unmasked'])}"
+    print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {targets}): masked (real tokens) "
+          f"{fmt(s['masked'])} | unmasked (all) {fmt(s['unmasked'])}"
           f" | pad {s['pad_fraction']:.1%}")
     if s['pad_fraction'] > 0.05:  # the paper's was 61.6% pad, and ranking by it inverted the board
         print(f"  note: {s['pad_fraction']:.0%} of the scored targets are padding (over 5%): "
@@ -207,12 +184,11 @@ def print_report(r):
     print_rows(f"early exit ({exit_kind}, per token, post hoc) vs uniform depth at the same mean "
                "depth (diff < 0: exit wins; none with ACT or without a loop)",
                [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']])
-    print_rows(f"topics (NLL over the real tokens of each doc's first block; depth from "
+    print_rows(f"topics (NLL over the real tokens of each doc's block; depth from "
                f"{r['depth_source']})", [dict(topic=n, **t) for n, t in r['topics'].items()])
     print(f"\nresidual probe: Pearson r(final relative residual, NLL) over real tokens = "
-          f"{fmt(r['residual_probe_r'])}")
-    print(f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}")
-    print(f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
+          f"{fmt(r['residual_probe_r'])}\nalphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
+          f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
@@ -222,12 +198,11 @@ if __name__ == '__main__':
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
-    c = model.config
-    T = block_size or c.block_size
+    c, T = model.config, block_size or model.config.block_size
     if T > c.block_size:
         raise ValueError(f"block_size={T} is larger than the model's {c.block_size}: "
                          "use --block_size=0 (the model's) or less")
-    # the paper scores targets 193..255 of 256; the report shows which ones were scored
+    # the paper scores targets 193..255 of 256; the report says which ones were scored
     start = min(max(suffix_start or round(193 * T / 256), 1), T - 1)
     data_dir = os.path.join('data', ckpt['config']['dataset'])
     meta = load_meta(data_dir)
@@ -246,25 +221,21 @@ if __name__ == '__main__':
     x, real = pack_docs(tokens, eot, T)
     # at the trained depth: suffix NLL, topic NLL, the residual probe (and the ACT gate's depth)
     nll, depth, resid = score(model, x)
-    if c.act or not c.loops:
-        source = 'the ACT gate' if c.act else 'no loop'
-        topic_depth = depth
-    else:  # without ACT, a post-hoc exit decides how deep each token goes
+    source = 'the ACT gate' if c.act else 'no loop'
+    if c.loops and not c.act:  # without ACT, a post-hoc exit decides how deep each token goes
         source = f"post-hoc {exit_kind} exit at threshold {topic_threshold}"
-        _, topic_depth, _ = score(model, x, exit=(exit_kind, topic_threshold))
+        _, depth, _ = score(model, x, exit=(exit_kind, topic_threshold))
     rows = val_rows(load_tokens(data_dir, 'val'), T)
     scan = depth_scan(model, rows)
-    report = dict(suffix_nll=suffix_nll(nll, real, start),
-                  depth_scan=scan,
+    report = dict(suffix_nll=suffix_nll(nll, real, start), depth_scan=scan,
                   early_exit=early_exit_curve(model, rows, scan),
-                  topics=topic_depths(nll, topic_depth, real, [d['topic'] for d in docs]),
-                  residual_probe_r=residual_probe(nll, resid, real),
-                  alphas=model.alphas(), depth_source=source, block_size=T,
-                  suffix_start=start, eval_docs=len(docs), skipped_lines=n_bad)
+                  topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
+                  residual_probe_r=residual_probe(nll, resid, real), alphas=model.alphas(),
+                  depth_source=source, block_size=T, suffix_start=start, eval_docs=len(docs),
+                  skipped_lines=n_bad)
     print_report(report)
-    path = os.path.join(out_dir, 'eval.json')
-    with open(path, 'w') as f:
+    with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
     if html:
-        write_html(html, docs, tokens, topic_depth, decode, report)
-    print(f"wrote {path}" + (f" and {html}" if html else ''))
+        write_html(html, docs, tokens, depth, decode, report)
+    print(f"wrote {f.name}" + (f" and {html}" if html else ''))

@@ -5,7 +5,7 @@
 # one loop (no adaptivity, a 6-layer model); too low and every token runs the maximum (no saved compute).
 # Sweep it (e.g. 0.001, 0.003, 0.01, 0.03) and watch "depth" in the log and eval.py's per-topic depths.
 out_dir = 'out-act'
-dataset = 'topics'
+dataset = 'fineweb'  # python prepare.py --dataset=fineweb (4 shards, 400M tokens)
 n_embd = 1024
 n_head = 8
 n_prelude = 1

@@ -3,7 +3,7 @@
 # maxprob early exit fails (intermediate depths are confident but wrong): compare with v4.
 # $ python train.py config/v3.py   then   python eval.py --out_dir=out-v3
 out_dir = 'out-v3'
-dataset = 'topics'
+dataset = 'fineweb'  # python prepare.py --dataset=fineweb (4 shards, 400M tokens)
 n_embd = 128
 n_head = 4
 n_prelude = 2

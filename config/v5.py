@@ -1,7 +1,7 @@
 # v5: 23M sandwich (d=320), SINGLE-depth training at k=30. The trade-off law at the larger scale:
 # strong depth scaling, failed confidence exit. Study: every k is better than at 7M; best NLL 4.251.
 out_dir = 'out-v5'
-dataset = 'topics'
+dataset = 'fineweb'  # python prepare.py --dataset=fineweb (4 shards, 400M tokens)
 n_embd = 320
 n_head = 5
 n_prelude = 2

@@ -1,5 +1,6 @@
-"""prepare.py on small files in each source's real format, served from a local HTTP server (no network needed)."""
-import csv, functools, gzip, http.server, io, json, os, subprocess, sys, threading, zipfile
+"""prepare.py on small files in each source's real format (the topic sources, llm.c FineWeb
+shards), served from a local HTTP server or read from a mirror folder: no network needed."""
+import csv, functools, gzip, http.server, io, json, os, re, subprocess, sys, threading, zipfile
 from collections import Counter
 from contextlib import contextmanager
 
@@ -10,29 +11,50 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 import prepare
 
-# ---------------------------------------------------------------- fixture sources, in each real format
-ALPACA = [{'instruction': f'Write function f{i}.', 'input': 'n = 3' if i % 2 else '', 'output': f'def f{i}():\n    return {i}',
-           'response': 'unused'} for i in range(5)]
-HUMANEVAL = [{'task_id': f'HumanEval/{i}', 'prompt': f'def g{i}(x):\n    """add {i}"""\n', 'canonical_solution': f'    return x + {i}\n',
-              'test': 'def check(c): pass', 'entry_point': f'g{i}'} for i in range(2)]
-GSM = {split: [{'question': f'Q{split}{i}: what is {i} + 1?', 'answer': f'{i} + 1 = <<{i}+1={i + 1}>>{i + 1}\n#### {i + 1}'}
-               for i in range(n)] for split, n in (('train', 4), ('test', 2))}
-DIALOGUE = {split: [f"Hello {split} {i} , how are you ? __eou__ I don ' t know , it \u2019 s late ! __eou__ Bye . __eou__"
-                    for i in range(2)] for split in ('train', 'validation', 'test')}
+# ---------------------------------------------------------------- fixture sources, in real formats
+ALPACA = [{'instruction': f'Write function f{i}.', 'input': 'n = 3' if i % 2 else '',
+           'output': f'def f{i}():\n    return {i}', 'response': 'unused'} for i in range(5)]
+HUMANEVAL = [{'task_id': f'HumanEval/{i}', 'prompt': f'def g{i}(x):\n    """add {i}"""\n',
+              'canonical_solution': f'    return x + {i}\n', 'test': 'def check(c): pass',
+              'entry_point': f'g{i}'} for i in range(2)]
+GSM = {split: [{'question': f'Q{split}{i}: what is {i} + 1?',
+                'answer': f'{i} + 1 = <<{i}+1={i + 1}>>{i + 1}\n#### {i + 1}'} for i in range(n)]
+       for split, n in (('train', 4), ('test', 2))}
+DIALOGUE = {split: [f"Hello {split} {i} , how are you ? __eou__ I don ' t know , "
+                    "it \u2019 s late ! __eou__ Bye . __eou__" for i in range(2)]
+            for split in ('train', 'validation', 'test')}
 NEWS = [['3', f'Title {i}', f'Line one\\Line two costs #36;{i}'] for i in range(6)]
 SONNETS = [f'Sonnet {i}, first line,\nsecond line, the end.' for i in range(6)]
 SPEECHES = [f'Speaker {i}:\nThis is speech {i}.\nIt has two lines.' for i in range(30)]
 
 EXPECTED = {  # the documents each source must give, by hand
-    'code': [f'Write function f{i}.\n' + ('n = 3\n' if i % 2 else '') + f'def f{i}():\n    return {i}' for i in range(5)]
+    'code': [f'Write function f{i}.\n' + ('n = 3\n' if i % 2 else '')
+             + f'def f{i}():\n    return {i}' for i in range(5)]
             + [f'def g{i}(x):\n    """add {i}"""\n    return x + {i}\n' for i in range(2)],
-    'math': [f'Q{s}{i}: what is {i} + 1?\n{i} + 1 = <<{i}+1={i + 1}>>{i + 1}\n#### {i + 1}' for s, n in (('train', 4), ('test', 2))
-             for i in range(n)],
-    'dialogue': [f"Hello {s} {i}, how are you?\nI don't know, it\u2019s late!\nBye." for s in ('train', 'validation', 'test')
-                 for i in range(2)],
+    'math': [f'Q{s}{i}: what is {i} + 1?\n{i} + 1 = <<{i}+1={i + 1}>>{i + 1}\n#### {i + 1}'
+             for s, n in (('train', 4), ('test', 2)) for i in range(n)],
+    'dialogue': [f"Hello {s} {i}, how are you?\nI don't know, it\u2019s late!\nBye."
+                 for s in ('train', 'validation', 'test') for i in range(2)],
     'news': [f'Title {i}\nLine one\nLine two costs ${i}' for i in range(6)],
     'poetry': SONNETS,
 }
+
+# FineWeb in llm.c's format, at the URL path the issue gives (so the mirror layout is checked too)
+HF_PATH = 'datasets/kjj0/fineweb10B-gpt2/resolve/main'  # under https://huggingface.co/
+FINEWEB_DIR = 'huggingface.co/' + HF_PATH  # under the mirror
+_rng = np.random.default_rng(0)
+SHARDS = {('val', 0): _rng.integers(0, 50257, 300), ('train', 1): _rng.integers(0, 50257, 1000),
+          ('train', 2): _rng.integers(0, 50257, 777), ('train', 3): _rng.integers(0, 50257, 50)}
+SHARDS[('train', 1)][:3] = [50256, 0, 50256]  # EOT and 0 survive the copy
+
+def shard_bytes(tokens, magic=20240520, version=1, count=None):
+    """An llm.c shard: a header of 256 int32 (magic, version, token count), then uint16 tokens."""
+    header = np.zeros(256, '<i4')
+    header[:3] = magic, version, len(tokens) if count is None else count
+    return header.tobytes() + np.asarray(tokens, '<u2').tobytes()
+
+def shard_path(root, split, i):
+    return os.path.join(root, FINEWEB_DIR, f'fineweb_{split}_{i:06d}.bin')
 
 def write(root, path, data):
     p = os.path.join(root, prepare.HOST, path)
@@ -45,16 +67,17 @@ def dialogue_zip(split):
     with zipfile.ZipFile(buf, 'w') as z:
         z.writestr(f'{split}/', '')
         z.writestr(f'{split}/dialogues_{split}.txt', '\n'.join(DIALOGUE[split]) + '\n')
-        z.writestr(f'{split}/dialogues_act_{split}.txt', '1 2 3\n')  # a sibling file that must not be read
-        z.writestr('../evil.txt', 'must never be written to disk')  # would escape if the archive were extracted
+        z.writestr(f'{split}/dialogues_act_{split}.txt', '1 2 3\n')  # a sibling, never read
+        z.writestr('../evil.txt', 'must never be written to disk')  # would escape if extracted
     return buf.getvalue()
 
 @pytest.fixture
 def sources(tmp_path):
-    """A mirror folder laid out as <root>/raw.githubusercontent.com/<path>, holding every source file."""
+    """A mirror folder laid out as <root>/<host>/<path>, holding every source file and shard."""
     root = str(tmp_path / 'mirror')
     write(root, prepare.CODEALPACA, json.dumps(ALPACA, indent=4))
-    write(root, prepare.HUMANEVAL, gzip.compress(''.join(json.dumps(r) + '\n' for r in HUMANEVAL).encode()))
+    humaneval = ''.join(json.dumps(r) + '\n' for r in HUMANEVAL)
+    write(root, prepare.HUMANEVAL, gzip.compress(humaneval.encode()))
     for split, rows in GSM.items():
         write(root, prepare.GSM8K % split, ''.join(json.dumps(r) + '\n' for r in rows))
     for split in DIALOGUE:
@@ -62,8 +85,12 @@ def sources(tmp_path):
     buf = io.StringIO()
     csv.writer(buf, quoting=csv.QUOTE_ALL).writerows(NEWS)
     write(root, prepare.AGNEWS, buf.getvalue())
-    write(root, prepare.SONNETS, '\n\n'.join(SONNETS + [SONNETS[0]]) + '\n')  # a repeated sonnet is kept once
+    write(root, prepare.SONNETS, '\n\n'.join(SONNETS + [SONNETS[0]]) + '\n')  # a repeat: kept once
     write(root, prepare.SHAKESPEARE, '\n\n'.join(SPEECHES) + '\n')
+    os.makedirs(os.path.join(root, FINEWEB_DIR))
+    for (split, i), tokens in SHARDS.items():
+        with open(shard_path(root, split, i), 'wb') as f:
+            f.write(shard_bytes(tokens))
     return root
 
 class Quiet(http.server.SimpleHTTPRequestHandler):
@@ -89,8 +116,13 @@ def serve(handler):
         srv.server_close()
 
 @pytest.fixture
-def server(sources):
+def server(sources):  # serves the topic sources, as raw.githubusercontent.com would
     with serve(functools.partial(Quiet, directory=os.path.join(sources, prepare.HOST))) as url:
+        yield url
+
+@pytest.fixture
+def hf_server(sources):  # serves the shards, as huggingface.co would
+    with serve(functools.partial(Quiet, directory=os.path.join(sources, prepare.HF_HOST))) as url:
         yield url
 
 @pytest.fixture(autouse=True)
@@ -119,7 +151,7 @@ def read_outputs(out_dir):
     trained = []
     for split in ('train', 'val'):
         ids = prepare.load_tokens(str(out_dir), split)
-        assert ids.dtype == np.dtype(meta['dtype']) and len(ids) and ids[-1] == eot  # EOT closes every document
+        assert ids.dtype == np.dtype(meta['dtype']) and len(ids) and ids[-1] == eot  # EOT ends docs
         trained += [decode(doc) for doc in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
     return meta, held, trained
 
@@ -129,28 +161,31 @@ def snapshot(out_dir):
 def files_under(d):
     return [os.path.join(p, f) for p, _, fs in os.walk(d) for f in fs]
 
-# ---------------------------------------------------------------- tests
+# ---------------------------------------------------------------- tests: topics and shakespeare
 def test_each_format_parses_into_documents(sources, monkeypatch, tmp_path):
     monkeypatch.setattr(prepare, 'mirror', sources)
     monkeypatch.chdir(tmp_path)
-    docs = {topic: list(dict.fromkeys(source())) for topic, source in prepare.DATASETS['topics'].items()}
+    topics = prepare.DATASETS['topics']
+    docs = {topic: list(dict.fromkeys(source())) for topic, source in topics.items()}
     assert docs == EXPECTED
-    assert docs['code'][-1] == 'def g1(x):\n    """add 1"""\n    return x + 1\n'  # HumanEval: prompt + canonical solution
-    assert docs['math'][0] == 'Qtrain0: what is 0 + 1?\n0 + 1 = <<0+1=1>>1\n#### 1'  # GSM8K: question, answer
-    assert docs['dialogue'][-1] == "Hello test 1, how are you?\nI don't know, it\u2019s late!\nBye."  # a turn a line
-    assert docs['news'][5] == 'Title 5\nLine one\nLine two costs $5'  # '\' -> newline, '#36;' -> '$'
-    assert not any(f.endswith('evil.txt') for f in files_under(tmp_path.parent))  # zips read in memory, never extracted
+    code, math, dialogue, news = docs['code'], docs['math'], docs['dialogue'], docs['news']
+    assert code[-1] == 'def g1(x):\n    """add 1"""\n    return x + 1\n'  # prompt + solution
+    assert math[0] == 'Qtrain0: what is 0 + 1?\n0 + 1 = <<0+1=1>>1\n#### 1'  # question, answer
+    assert dialogue[-1] == "Hello test 1, how are you?\nI don't know, it\u2019s late!\nBye."
+    assert news[5] == 'Title 5\nLine one\nLine two costs $5'  # '\' -> newline, '#36;' -> '$'
+    assert not any(f.endswith('evil.txt') for f in files_under(tmp_path.parent))  # never extracted
 
 def test_topics_end_to_end_over_http(sources, server, tmp_path):
     root = tmp_path / 'data'
-    r = run('--dataset=topics', '--tokenizer=byte', f'--base_url={server}', f'--data_root={root}', '--eval_docs=2')
+    r = run('--dataset=topics', '--tokenizer=byte', f'--base_url={server}', f'--data_root={root}',
+            '--eval_docs=2')
     assert r.returncode == 0, r.stderr
     meta, held, trained = read_outputs(root / 'topics_byte')
     assert meta == {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16'}
     assert Counter(d['topic'] for d in held) == {t: 2 for t in EXPECTED}
     assert all(d['text'] in EXPECTED[d['topic']] for d in held)
     everything = [d for docs in EXPECTED.values() for d in docs]
-    assert sorted(trained + [d['text'] for d in held]) == sorted(everything)  # every doc once: trained or held out
+    assert sorted(trained + [d['text'] for d in held]) == sorted(everything)  # each doc once
     for topic in EXPECTED:
         assert f'{topic}: kept' in r.stdout
     downloads = files_under(root / 'downloads')
@@ -161,20 +196,23 @@ def test_rerun_is_byte_identical_and_mirror_matches_download(sources, server, tm
     args = ['--dataset=topics', '--tokenizer=byte', '--eval_docs=2']
     assert run(*args, f'--base_url={server}', f'--data_root={tmp_path / "a"}').returncode == 0
     first = snapshot(tmp_path / 'a' / 'topics_byte')
-    assert run(*args, f'--base_url={server}', f'--data_root={tmp_path / "a"}').returncode == 0  # now from the cache
-    assert snapshot(tmp_path / 'a' / 'topics_byte') == first
+    r = run(*args, f'--base_url={server}', f'--data_root={tmp_path / "a"}')  # now from the cache
+    assert r.returncode == 0 and snapshot(tmp_path / 'a' / 'topics_byte') == first
     r = run(*args, f'--mirror={sources}', f'--data_root={tmp_path / "b"}')
     assert r.returncode == 0, r.stderr
     assert snapshot(tmp_path / 'b' / 'topics_byte') == first
     assert not os.path.exists(tmp_path / 'b' / 'downloads')  # the mirror is read in place
+    r = run(*args, f'--mirror={tmp_path / "a" / "downloads"}', f'--data_root={tmp_path / "c"}')
+    assert r.returncode == 0 and snapshot(tmp_path / 'c' / 'topics_byte') == first  # same layout
 
 def test_shakespeare_keeps_order(sources, tmp_path):
-    r = run('--dataset=shakespeare', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path}', '--eval_docs=5')
+    r = run('--dataset=shakespeare', '--tokenizer=byte', f'--mirror={sources}',
+            f'--data_root={tmp_path}', '--eval_docs=5')
     assert r.returncode == 0, r.stderr
     meta, held, trained = read_outputs(tmp_path / 'shakespeare_byte')
     assert [d['topic'] for d in held] == ['shakespeare'] * 5
     held_texts = {d['text'] for d in held}
-    assert trained == [s for s in SPEECHES if s not in held_texts]  # train then val, in the play's order
+    assert trained == [s for s in SPEECHES if s not in held_texts]  # train then val, in order
     assert len(prepare.load_tokens(str(tmp_path / 'shakespeare_byte'), 'val')) > 0
 
 def test_mirror_missing_file_is_one_line_error(sources, tmp_path):
@@ -183,91 +221,179 @@ def test_mirror_missing_file_is_one_line_error(sources, tmp_path):
     assert_one_line_error(run('--dataset=topics', '--tokenizer=byte', f'--mirror={empty}'),
                           os.path.join(str(empty), prepare.HOST, prepare.CODEALPACA))
     os.remove(os.path.join(sources, prepare.HOST, prepare.AGNEWS))
-    r = run('--dataset=topics', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path / "d"}', '--eval_docs=2')
+    r = run('--dataset=topics', '--tokenizer=byte', f'--mirror={sources}',
+            f'--data_root={tmp_path / "d"}', '--eval_docs=2')
     assert_one_line_error(r, os.path.join(sources, prepare.HOST, prepare.AGNEWS), '<host>/<path>')
     assert not os.path.exists(tmp_path / 'd' / 'topics_byte' / 'meta.json')
 
 def test_failed_download_names_url_and_mirror(tmp_path):
     with serve(functools.partial(Quiet, directory=str(tmp_path))) as url:  # serves nothing: 404
-        r = run('--dataset=shakespeare', '--tokenizer=byte', f'--base_url={url}', f'--data_root={tmp_path / "d"}')
+        r = run('--dataset=shakespeare', '--tokenizer=byte', f'--base_url={url}',
+                f'--data_root={tmp_path / "d"}')
     assert_one_line_error(r, f'{url}/{prepare.SHAKESPEARE}', '404', '--mirror=../shared/data')
     assert files_under(tmp_path / 'd') == []
 
 def test_cut_off_download_leaves_nothing_and_next_run_works(sources, server, tmp_path):
     root = tmp_path / 'd'
+    args = ['--dataset=topics', '--tokenizer=byte', f'--data_root={root}', '--eval_docs=2']
     with serve(CutOff) as url:
-        r = run('--dataset=topics', '--tokenizer=byte', f'--base_url={url}', f'--data_root={root}', '--eval_docs=2')
+        r = run(*args, f'--base_url={url}')
     assert_one_line_error(r, f'{url}/{prepare.CODEALPACA}', '--mirror')
-    assert files_under(root) == []  # no partial file that a later run could mistake for the real one
-    r = run('--dataset=topics', '--tokenizer=byte', f'--base_url={server}', f'--data_root={root}', '--eval_docs=2')
+    assert files_under(root) == []  # no partial file that a later run could take for the real one
+    r = run(*args, f'--base_url={server}')
     assert r.returncode == 0, r.stderr
-    assert os.path.getsize(os.path.join(root, 'downloads', prepare.CODEALPACA)) == len(json.dumps(ALPACA, indent=4))
+    downloaded = os.path.join(root, 'downloads', prepare.HOST, prepare.CODEALPACA)
+    assert os.path.getsize(downloaded) == len(json.dumps(ALPACA, indent=4))
 
 def test_fetch_caches_and_reuses(sources, server, tmp_path, monkeypatch):
     monkeypatch.setattr(prepare, 'data_root', str(tmp_path))
     monkeypatch.setattr(prepare, 'base_url', server)
-    assert prepare.fetch(prepare.SONNETS).decode().startswith(SONNETS[0])
+    assert prepare.read(prepare.SONNETS).startswith(SONNETS[0])
     with serve(CutOff) as url:
         monkeypatch.setattr(prepare, 'base_url', url)
-        assert prepare.fetch(prepare.SONNETS).decode().startswith(SONNETS[0])  # from the cache, not the bad server
+        assert prepare.read(prepare.SONNETS).startswith(SONNETS[0])  # the cache, not the server
         with pytest.raises(ValueError, match='--mirror'):
             prepare.fetch(prepare.SHAKESPEARE)
     assert not any(f.endswith('.tmp') for f in files_under(tmp_path))
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
-    assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'), "unknown dataset 'nope'", 'shakespeare')
-    assert_one_line_error(run('--tokenizer=nope', f'--data_root={tmp_path}'), "unknown tokenizer 'nope'", 'byte')
+    assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'),
+                          "unknown dataset 'nope'", 'shakespeare', 'fineweb')
+    assert_one_line_error(run('--tokenizer=nope', f'--data_root={tmp_path}'),
+                          "unknown tokenizer 'nope'", 'byte')
+    assert_one_line_error(run('--dataset=fineweb', '--tokenizer=byte', f'--data_root={tmp_path}'),
+                          'fineweb', '--tokenizer=gpt2')
+    assert os.listdir(tmp_path) == []
 
+# ---------------------------------------------------------------- tests: fineweb shards
+def fineweb(*args, eval_docs=2):
+    return run('--dataset=fineweb', f'--eval_docs={eval_docs}', *args)
+
+def test_fineweb_over_http_token_for_token(sources, server, hf_server, tmp_path):
+    root = tmp_path / 'data'
+    urls = [f'--base_url={server}', f'--hf_url={hf_server}']
+    r = fineweb('--shards=2', *urls, f'--data_root={root}')
+    assert r.returncode == 0, r.stderr
+    out = str(root / 'fineweb')
+    assert prepare.load_meta(out) == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256,
+                                      'dtype': 'uint16'}
+    train, val = prepare.load_tokens(out, 'train'), prepare.load_tokens(out, 'val')
+    assert isinstance(train, np.memmap) and train.dtype == np.uint16
+    assert train.tolist() == SHARDS['train', 1].tolist() + SHARDS['train', 2].tolist()  # no headers
+    assert val.tolist() == SHARDS['val', 0].tolist()
+    shards = sorted(os.path.basename(f) for f in files_under(root / 'downloads' / prepare.HF_HOST))
+    assert shards == ['fineweb_train_000001.bin', 'fineweb_train_000002.bin',
+                      'fineweb_val_000000.bin']  # only the shards asked for
+    # eval.jsonl: the very documents that --dataset=topics holds out
+    r = run('--dataset=topics', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={root}',
+            '--eval_docs=2')
+    assert r.returncode == 0, r.stderr
+    held = (root / 'topics_byte' / 'eval.jsonl').read_bytes()
+    assert (root / 'fineweb' / 'eval.jsonl').read_bytes() == held
+    assert sum(1 for _ in open(root / 'fineweb' / 'eval.jsonl')) == 2 * len(EXPECTED)
+    # a rerun reuses the downloads (a cut-off server would fail any download) ...
+    first = snapshot(out)
+    with serve(CutOff) as url:
+        r = fineweb('--shards=2', f'--base_url={url}', f'--hf_url={url}', f'--data_root={root}')
+        assert r.returncode == 0 and snapshot(out) == first, r.stderr
+        # ... and downloads only what is missing: here train shard 3, whose failure is named
+        r = fineweb('--shards=3', f'--base_url={url}', f'--hf_url={url}', f'--data_root={root}')
+    assert_one_line_error(r, f'{url}/{HF_PATH}/fineweb_train_000003.bin', '--mirror')
+    assert snapshot(out) == first  # the earlier data stays whole
+    assert fineweb('--shards=3', *urls, f'--data_root={root}').returncode == 0
+    assert len(prepare.load_tokens(out, 'train')) == 1000 + 777 + 50
+
+def test_fineweb_mirror_layout(sources, tmp_path):
+    r = fineweb('--shards=3', f'--mirror={sources}', f'--data_root={tmp_path}')
+    assert r.returncode == 0, r.stderr
+    train = prepare.load_tokens(str(tmp_path / 'fineweb'), 'train')
+    assert np.array_equal(train, np.concatenate([SHARDS['train', i] for i in (1, 2, 3)]))
+    assert not os.path.exists(tmp_path / 'downloads')  # the mirror is read in place
+    r = fineweb('--shards=4', f'--mirror={sources}', f'--data_root={tmp_path}')
+    assert_one_line_error(r, shard_path(sources, 'train', 4), '<host>/<path>')
+
+@pytest.mark.parametrize('bad', ['magic', 'truncated'])
+def test_bad_shard_is_one_line_error_naming_the_file(sources, tmp_path, bad):
+    path = shard_path(sources, 'train', 2)
+    tokens = SHARDS['train', 2]
+    with open(path, 'wb') as f:  # a wrong magic number, or a header promising one token more
+        f.write(shard_bytes(tokens, magic=20240521) if bad == 'magic' else
+                shard_bytes(tokens, count=len(tokens) + 1))
+    r = fineweb('--shards=2', f'--mirror={sources}', f'--data_root={tmp_path}')
+    assert_one_line_error(r, path, 'llm.c', '20240520')
+    assert not os.path.exists(tmp_path / 'fineweb')  # refused before anything is written
+
+def test_read_shard_checks_the_header(tmp_path):
+    path = str(tmp_path / 'shard.bin')
+    for data in [b'', b'\0' * 1000, shard_bytes([1, 2], version=2), shard_bytes([1, 2]) + b'\0',
+                 shard_bytes([1, 2], count=3), shard_bytes([1, 2, 3])[:-1]]:
+        with open(path, 'wb') as f:
+            f.write(data)
+        with pytest.raises(ValueError, match=re.escape(path)):
+            prepare.read_shard(path)
+    with open(path, 'wb') as f:
+        f.write(shard_bytes([7, 50256, 65535]))
+    assert prepare.read_shard(path).tolist() == [7, 50256, 65535]
+
+# ---------------------------------------------------------------- tests: the readers others import
 def test_import_has_no_side_effects(tmp_path):
-    r = subprocess.run([sys.executable, '-c', 'import prepare'], cwd=tmp_path, capture_output=True, text=True,
+    code = 'import sys, prepare; assert "torch" not in sys.modules'
+    r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
                        env={**os.environ, 'PYTHONPATH': REPO}, timeout=60)
     assert r.returncode == 0 and r.stdout == '' and r.stderr == '', r.stderr
     assert os.listdir(tmp_path) == []
 
 def test_load_meta_names_the_prepare_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=r'python prepare\.py --dataset=topics --tokenizer=byte$'):
+    command = r'python prepare\.py --dataset=%s --tokenizer=%s$'
+    with pytest.raises(FileNotFoundError, match=command % ('topics', 'byte')):
         prepare.load_meta('data/topics_byte')
-    with pytest.raises(FileNotFoundError, match=r'python prepare\.py --dataset=shakespeare --tokenizer=gpt2$'):
+    with pytest.raises(FileNotFoundError, match=command % ('shakespeare', 'gpt2')):
         prepare.load_meta(os.path.join('data', 'shakespeare'))
-    with pytest.raises(FileNotFoundError, match='--dataset=topics --tokenizer=gpt2 --data_root=elsewhere'):
+    with pytest.raises(FileNotFoundError, match=command % ('topics', 'gpt2 --data_root=elsewhere')):
         prepare.load_meta('elsewhere/topics/')
 
 def test_read_eval_docs_skips_and_counts_malformed(tmp_path):
-    lines = ['{"topic": "math", "text": "1 + 1 = 2"}', '{"topic": "code", "text": ', '{"topic": "news"}',
-             '{"topic": "news", "text": 3}', '["topic", "text"]', '', '{"topic": "poetry", "text": "caf\u00e9 \u2014 \u65e5\u672c"}',
-             'not json at all']
+    lines = ['{"topic": "math", "text": "1 + 1 = 2"}', '{"topic": "code", "text": ',
+             '{"topic": "news"}', '{"topic": "news", "text": 3}', '["topic", "text"]', '',
+             '{"topic": "poetry", "text": "caf\u00e9 \u2014 \u65e5\u672c"}', 'not json at all']
     (tmp_path / 'eval.jsonl').write_text('\n'.join(lines) + '\n', encoding='utf-8')
     docs, n_bad = prepare.read_eval_docs(str(tmp_path / 'eval.jsonl'))
-    assert [d['text'] for d in docs] == ['1 + 1 = 2', 'caf\u00e9 \u2014 \u65e5\u672c'] and n_bad == 5
+    assert [d['text'] for d in docs] == ['1 + 1 = 2', 'caf\u00e9 \u2014 \u65e5\u672c']
+    assert n_bad == 5
 
 def test_byte_tokenizer():
     encode, decode, eot = prepare.get_tokenizer('byte')
     text = 'Hello, w\u00f6rld \u2014 \u65e5\u672c\u8a9e \U0001f642\n'
     ids = encode(text)
     assert eot == 256 and max(ids) < 256 and decode(ids) == text
-    assert decode(np.array(encode('hi') + [eot] + encode('!'), dtype=np.uint16)) == 'hi!'  # EOT (and anything >= 256) dropped
+    ids = np.array(encode('hi') + [eot] + encode('!'), dtype=np.uint16)
+    assert decode(ids) == 'hi!'  # EOT (and anything >= 256) dropped
     assert decode([0xe6, 0x97]) == '\ufffd'  # a cut multi-byte char never raises
     with pytest.raises(ValueError, match="'gpt2' or 'byte'"):
         prepare.get_tokenizer('bpe')
 
 def test_gpt2_without_bpe_files_is_one_line_error(tmp_path):
-    env = {**os.environ, 'TIKTOKEN_CACHE_DIR': str(tmp_path), 'HTTPS_PROXY': 'http://127.0.0.1:9', 'https_proxy': 'http://127.0.0.1:9'}
-    r = subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), '--tokenizer=gpt2', f'--data_root={tmp_path}'],
-                       cwd=REPO, capture_output=True, text=True, timeout=120, env=env)  # the proxy blocks any download
+    proxy = 'http://127.0.0.1:9'  # blocks any download
+    env = {**os.environ, 'TIKTOKEN_CACHE_DIR': str(tmp_path),
+           'HTTPS_PROXY': proxy, 'https_proxy': proxy}
+    r = subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), '--tokenizer=gpt2',
+                        f'--data_root={tmp_path}'], cwd=REPO, capture_output=True, text=True,
+                       timeout=120, env=env)
     assert_one_line_error(r, 'TIKTOKEN_CACHE_DIR', '--tokenizer=byte')
 
 def _tiktoken_cache():
     d = os.environ.get('TIKTOKEN_CACHE_DIR', '')
     return d if d and os.path.isdir(d) and os.listdir(d) else None
 
-@pytest.mark.skipif(_tiktoken_cache() is None, reason='needs TIKTOKEN_CACHE_DIR pointing at the GPT-2 BPE files')
+@pytest.mark.skipif(_tiktoken_cache() is None, reason='needs TIKTOKEN_CACHE_DIR: GPT-2 BPE files')
 def test_gpt2_tokenizer(sources, tmp_path):
     encode, decode, eot = prepare.get_tokenizer('gpt2')
     text = 'Hello world, caf\u00e9 \u2014 <|endoftext|> stays text'
-    assert eot == 50256 and decode(encode(text)) == text and eot not in encode(text)  # special-token text stays text
+    assert eot == 50256 and decode(encode(text)) == text and eot not in encode(text)  # stays text
     assert decode(encode('a') + [eot] + encode('b')) == 'ab'  # EOT dropped, as with 'byte'
-    r = run('--dataset=shakespeare', '--tokenizer=gpt2', f'--mirror={sources}', f'--data_root={tmp_path}', '--eval_docs=5')
+    r = run('--dataset=shakespeare', '--tokenizer=gpt2', f'--mirror={sources}',
+            f'--data_root={tmp_path}', '--eval_docs=5')
     assert r.returncode == 0, r.stderr
     meta, held, trained = read_outputs(tmp_path / 'shakespeare')
     assert meta == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256, 'dtype': 'uint16'}
