@@ -3,8 +3,11 @@ Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
 A config file sets globals; --key=value then overrides one. Every key must already be a global of
 the script, of the same type, so a typo or a wrong type fails at once with a one-line message.
+Then each rule in the script's _valid list (like 'batch_size >= 1') must hold.
 """
 import os
+import re
+import builtins
 import sys
 import traceback
 from ast import literal_eval
@@ -38,15 +41,22 @@ def _set(key, val, where):
         sys.exit(f"error: {key} must be of type {type(old).__name__} (like {old!r}), "
                  f"got {val!r} ({where})")
     globals()[key] = val
+    _overridden.add(key)  # said by the user (resume keeps the run's own value of any other key)
+
+_overridden = set()
 
 def _run_config(path, into):
     """exec a config file; inside it, include('v5.py') first runs a config of the same folder."""
-    try:
-        src = open(path).read()
-    except OSError:
-        sys.exit(f"error: config file '{path}' not found (see config/ for the available ones)")
+    if not os.path.isfile(path):
+        what = "is a folder, not a file" if os.path.isdir(path) else "not found"
+        sys.exit(f"error: config file '{path}' {what} (see config/ for the available ones)")
     include = lambda name: _run_config(os.path.join(os.path.dirname(path), name), into)
-    exec(src, {'include': include}, into)
+    try:
+        code = builtins.compile(open(path).read(), path, 'exec')  # (train.py has a key `compile`)
+        exec(code, {'include': include}, into)
+    except Exception as e:  # the config file's own error: name the file and its line
+        line = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path][-1].lineno
+        sys.exit(f"error: config file '{path}', line {line}: {type(e).__name__}: {e}")
 
 for _arg in sys.argv[1:]:
     if _arg.startswith('--'):
@@ -70,3 +80,9 @@ for _arg in sys.argv[1:]:
         print(f"Overriding: {_key} = {globals()[_key]!r}")
     else:
         print(f"Overriding config with {_arg}")
+for _rule in globals().get('_valid', []):  # a rule that does not hold: one line naming its keys
+    if not eval(_rule, globals()):
+        _keys = [k for k in re.findall(r'[a-z_]+', _rule) if k in globals()]
+        sys.exit(f"error: {', '.join(f'{k}={globals()[k]!r}' for k in _keys)}: need {_rule}")
+if 'cuda' in str(globals().get('device', '')) and not torch.cuda.is_available():
+    sys.exit(f"error: device={device!r}, but this machine has no CUDA GPU: use --device=cpu")

@@ -6,6 +6,8 @@ Each tied segment (a Loop) applies ONE block k times with a learnable step size 
 Read GPT.forward first, then Loop (step, forward: the phantom gradient, per_token: exits and ACT),
 then KVCache and generate.
 """
+import os
+import glob
 import math
 from dataclasses import dataclass
 import torch
@@ -33,6 +35,11 @@ class GPTConfig:
     def __post_init__(self):  # a bad config fails here, with one line saying what to change
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
         total = sum(self.loops)
+        for key in ('block_size', 'vocab_size', 'n_embd', 'n_head'):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key}={getattr(self, key)} must be >= 1")
+        if not 0 < self.alpha_init < 1:
+            raise ValueError(f"alpha_init={self.alpha_init} must be in (0, 1): it is a sigmoid")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if any(k <= 0 for k in self.loops):
@@ -373,8 +380,12 @@ def load_checkpoint(path, device='cpu'):
         ckpt = torch.load(path, map_location=device, weights_only=True)
         model = GPT(GPTConfig(**ckpt['model_args']))
         model.load_state_dict(ckpt['model'])
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no checkpoint at {path}: train one, or set --out_dir") from None
+    except FileNotFoundError:  # name the out_dirs that do hold one, the newest first
+        found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
+        hint = ": train one first, or set --out_dir"
+        if found:
+            hint = f"; found {', '.join(found)}: add --out_dir={os.path.dirname(found[0])}"
+        raise FileNotFoundError(f"no checkpoint at {path}{hint}") from None
     except ValueError as e:  # a config that the checkpoint should never have held
         raise ValueError(f"{path}: {e}") from None
     except Exception as e:  # weights_only refused it, or it is no checkpoint at all

@@ -6,8 +6,11 @@ $ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py
 Resume an interrupted run: add --init_from=resume (the architecture comes from the checkpoint).
 """
 import os
+import sys
 import math
 import time
+import fcntl
+import shlex
 import signal
 from contextlib import nullcontext
 from dataclasses import asdict, fields
@@ -52,10 +55,33 @@ device = ''   # '' = cuda if available, else cpu
 dtype = ''    # '' = bfloat16 on CUDA, float32 on CPU (bf16 matmuls are very slow on CPUs)
 compile = False
 seed = 1337
+overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
+# the valid range of each key, checked by configurator.py (the model's own: by GPTConfig)
+_valid = ["out_dir != ''", "init_from in ('scratch', 'resume')", 'eval_interval >= 1',
+          'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
+          'batch_size >= 1', 'block_size >= 1', 'max_iters >= 0', 'learning_rate > 0',
+          'min_lr >= 0', 'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
+          'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
+          '0 <= dropout < 1', 'halt_penalty >= 0', "dtype in ('', 'float32', 'bfloat16')"]
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+def resume_command():  # this very command, resuming: it runs as typed
+    args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
+    return shlex.join(['python', *args, '--init_from=resume'])
+RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'eval_only',
+            'overwrite']  # settings of this invocation, which resume never takes from the run
+if init_from == 'resume':  # the run's own settings, but for the ones given now that may change
+    model, ckpt = load_checkpoint(ckpt_path)
+    fixed = [*asdict(model.config), 'dataset', 'block_size']  # what the weights and data depend on
+    for key, value in ckpt['config'].items():
+        if key in _overridden and key in fixed and globals()[key] != value:
+            raise ValueError(f"--{key}={globals()[key]!r}: the run in {out_dir} has {key}="
+                             f"{value!r}, which resuming cannot change; train a new --out_dir")
+        if key not in _overridden and key in config_keys and key not in RUN_ONLY:
+            globals()[key] = value
 config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
 
@@ -75,8 +101,6 @@ if ddp:
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
 dtype = dtype or ('bfloat16' if device_type == 'cuda' else 'float32')
-if dtype not in ('float32', 'bfloat16'):
-    raise ValueError(f"dtype={dtype!r}: use 'bfloat16' (CUDA) or 'float32'")
 ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
 torch.manual_seed(seed + rank)
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
@@ -85,41 +109,48 @@ torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 # share, so N processes see exactly the batch one process would, and the stream can be resumed
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
-ckpt_path = os.path.join(out_dir, 'ckpt.pt')
-gen = torch.Generator().manual_seed(seed)
-
-# model
-iter_num, best_val_loss = 0, float('inf')
-if init_from == 'scratch':
-    model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
-    model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size'])).to(device)
-elif init_from == 'resume':
-    print(f"resuming from {ckpt_path}")
-    model, ckpt = load_checkpoint(ckpt_path, device)
-    block_size = model.config.block_size
-    if model.config.vocab_size != meta['vocab_size']:
-        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
-                         f"checkpoint has {model.config.vocab_size}: "
-                         f"use --dataset={ckpt['config']['dataset']}")
-    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
-else:
-    raise ValueError(f"init_from={init_from!r}: use 'scratch' or 'resume'")
-gptconf = model.config
-tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 train_data = load_tokens(data_dir, 'train')
 val_data = load_tokens(data_dir, 'val')
 for name, data in (('train', train_data), ('val', val_data)):
     if len(data) <= block_size + 1:
         raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
                          f"{block_size + 1}: lower --block_size or prepare more data")
-raw_model = model
+gen = torch.Generator().manual_seed(seed)
+tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
+
+# model
+iter_num, best_val_loss = 0, float('inf')
+if init_from == 'scratch':
+    model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
+    gptconf = GPTConfig(**model_args, vocab_size=meta['vocab_size'])  # checks it: one line if bad
+    if os.path.exists(ckpt_path) and not overwrite:  # never replace a run by accident
+        raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
+                         "or start over on purpose with --overwrite=True (or another --out_dir)")
+    model = GPT(gptconf)
+else:
+    print(f"resuming from {ckpt_path}")
+    gptconf = model.config
+    if gptconf.vocab_size != meta['vocab_size']:
+        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
+                         f"checkpoint has {gptconf.vocab_size}: the run trained on "
+                         f"--dataset={ckpt['config']['dataset']}; re-run prepare.py for it")
+    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
+    os.makedirs(out_dir, exist_ok=True)
+    lock = open(os.path.join(out_dir, 'train.lock'), 'w')
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(f"another training run is writing to {out_dir}: wait for it to finish, "
+                         "or pick another --out_dir") from None
+raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':  # restore all a step depends on, so the resumed run is bitwise the same
     optimizer.load_state_dict(ckpt['optimizer'])
-    torch.set_rng_state(ckpt['rng']['torch'].cpu())
-    gen.set_state(ckpt['rng']['data'].cpu())
-    if device_type == 'cuda' and 'cuda' in ckpt['rng']:
-        torch.cuda.set_rng_state(ckpt['rng']['cuda'].cpu())
+    gen.set_state(ckpt['rng']['data'])
+    torch.set_rng_state(ckpt['rng']['ranks'][rank]['torch'])  # each rank's own dropout stream
+    if device_type == 'cuda' and 'cuda' in ckpt['rng']['ranks'][rank]:
+        torch.cuda.set_rng_state(ckpt['rng']['ranks'][rank]['cuda'])
     ckpt = None
 if compile:
     print("compiling the model... (takes a minute)")
@@ -138,17 +169,23 @@ def get_batch(data, ix):
 @torch.no_grad()
 def estimate_loss():
     """Mean NLL at the final depth on fixed batches; their own generator leaves the training
-    stream untouched. Runs on rank 0 only, so on the raw model, not the DDP wrapper."""
-    out, g = {}, torch.Generator().manual_seed(seed + 1)
+    stream untouched. Runs on rank 0 only, so on the raw model, not the DDP wrapper. A stop
+    request (Ctrl-C) cuts it short."""
+    out, g, t0 = {}, torch.Generator().manual_seed(seed + 1), time.time()
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
-        for _ in range(eval_iters):
+        for i in range(eval_iters):
+            if stop:
+                break
             ix = torch.randint(len(data) - block_size, (batch_size,), generator=g)
             with ctx:
                 _, _, info = raw_model(*get_batch(data, ix))
             losses.append(info['losses'][max(info['losses'])].item())
-        out[split] = sum(losses) / len(losses)
+            if time.time() - t0 > 5:  # a long eval says how far it is, every 5 s
+                print(f"  eval {split}: {i + 1}/{eval_iters} batches", flush=True)
+                t0 = time.time()
+        out[split] = sum(losses) / max(len(losses), 1)
     raw_model.train()
     return out
 
@@ -168,21 +205,37 @@ def sample_depths():
     draws = torch.poisson(torch.tensor(rates), generator=gen)
     return tuple(min(2 * k, 1 + int(d)) for k, d in zip(gptconf.loops, draws))
 
-def save_checkpoint():
+def rank_rng_states():
+    """Every rank's own random state (dropout), gathered on each rank for the checkpoint."""
+    state = {'torch': torch.get_rng_state()}
+    if device_type == 'cuda':
+        state['cuda'] = torch.cuda.get_rng_state()
+    states = [state] * world
+    if ddp:
+        dist.all_gather_object(states, state)
+    return states
+
+def save_checkpoint(rank_states):
     if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
         print(f"not saving: the weights are not finite after iter {iter_num}; "
               f"{ckpt_path} keeps the last good state")
         return
-    rng = {'torch': torch.get_rng_state(), 'data': gen.get_state()}
-    if device_type == 'cuda':
-        rng['cuda'] = torch.cuda.get_rng_state()
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
-                config=config, meta=meta, rng=rng)
-    os.makedirs(out_dir, exist_ok=True)
+                config=config, meta=meta, rng={'data': gen.get_state(), 'ranks': rank_states})
     torch.save(ckpt, ckpt_path + '.tmp')  # write, then rename: a crash never leaves half a ckpt.pt
     os.replace(ckpt_path + '.tmp', ckpt_path)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
+
+def request_stop(signum, frame):
+    """Ctrl-C / SIGTERM: finish the step in flight (or cut an eval short), save, exit. A second
+    one stops at once: the checkpoint is written to a .tmp file and renamed, so it stays whole."""
+    if stop:
+        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
+    stop.append(signum)
+    if master:
+        print(f"\nstopping: finishing this step, then saving {ckpt_path} (again: stop at once)",
+              flush=True)
 
 def log_line(lossf, info, n_loops, lr, dt):
     parts = [f"iter {iter_num}: loss {lossf:.4f}"]
@@ -207,18 +260,20 @@ if master:
     if epochs > 1:  # a schedule that repeats the data overfits it: see README Configs
         print(f"warning: {max_iters} iterations of {tokens_per_iter:,} tokens make {epochs:.1f} "
               f"epochs over {data_dir}/train.bin ({len(train_data):,} tokens)")
+stop = []  # Ctrl-C / SIGTERM only ask to stop (request_stop)
 if eval_only:
     if master:
         losses = estimate_loss()
         print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
     raise SystemExit
-
-stop = []  # Ctrl-C / SIGTERM only ask to stop: the step in flight finishes, then we save and exit
-signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+if iter_num >= max_iters:
+    raise SystemExit(f"nothing to train: {ckpt_path} is at iter {iter_num} and max_iters is "
+                     f"{max_iters}; raise --max_iters to train on")
+signal.signal(signal.SIGINT, request_stop)
+signal.signal(signal.SIGTERM, request_stop)
 if master:
-    print(f"tokens per iteration: {tokens_per_iter:,}; "
-          f"training from iter {iter_num} to {max_iters}")
+    print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
+          f"{max_iters} on {device} in {dtype}")
 last_loss, t0 = None, time.time()
 while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate
@@ -256,23 +311,30 @@ while iter_num < max_iters:
         steps = log_interval if iter_num > 1 else 1
         dt, t0 = (time.time() - t0) / steps, time.time()
         print(log_line(lossf, info, n_loops, lr, dt))
-    if iter_num % eval_interval == 0 or iter_num == max_iters:
-        if master:
+    if iter_num % eval_interval == 0 or iter_num == max_iters or stopping:
+        rank_states = rank_rng_states()  # on every rank: each resumes its own random stream
+        if master and not stopping:
             losses = estimate_loss()
-            print(f"iter {iter_num}: train loss {losses['train']:.4f}, "
-                  f"val loss {losses['val']:.4f}")
-            if not math.isfinite(losses['val']):  # diverged: the next loss check stops every rank
-                print(f"not saving: val loss is {losses['val']}; "
-                      f"{ckpt_path} keeps the last good state")
-            elif losses['val'] < best_val_loss or always_save_checkpoint:
-                best_val_loss = min(best_val_loss, losses['val'])
-                save_checkpoint()
+            if stop:  # Ctrl-C during the eval: cut short; save below and end
+                print(f"iter {iter_num}: eval cut short by the stop request")
+            else:
+                print(f"iter {iter_num}: train loss {losses['train']:.4f}, "
+                      f"val loss {losses['val']:.4f}")
+        if master and (stopping or stop):
+            save_checkpoint(rank_states)
+        elif master and not math.isfinite(losses['val']):  # diverged: the next check stops all
+            print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
+        elif master and (losses['val'] < best_val_loss or always_save_checkpoint):
+            best_val_loss = min(best_val_loss, losses['val'])
+            save_checkpoint(rank_states)
+        flag = torch.tensor(float(stopping or bool(stop)), device=device)
+        if ddp:  # a stop asked for during rank 0's eval ends every rank here, without another step
+            dist.all_reduce(flag)
+        stopping = flag.item() > 0
         t0 = time.time()
     if stopping:
         if master:
-            save_checkpoint()
-            print(f"interrupted after iter {iter_num}: resume with  python train.py ... "
-                  f"--init_from=resume --out_dir={out_dir}")
+            print(f"interrupted after iter {iter_num}: resume with  {resume_command()}")
         break
 if ddp:
     dist.destroy_process_group()

@@ -1,0 +1,213 @@
+"""A user's runs: a rerun never replaces a checkpoint, one run at a time per out_dir, Ctrl-C that answers
+and can be forced, resume that keeps the run's own settings, each DDP rank's random state, and finding
+the checkpoint a user meant. Every script runs as a subprocess on tiny byte-level data (CPU)."""
+import re, shlex, signal, subprocess, threading, time
+
+import pytest
+import torch
+
+from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
+
+
+def watch(p):
+    """Collect p's stdout in the background -> (lines, wait_for(pattern, timeout) -> bool)."""
+    lines, changed = [], threading.Condition()
+
+    def reader():
+        for line in p.stdout:
+            with changed:
+                lines.append(line)
+                changed.notify_all()
+        with changed:
+            lines.append(None)  # the end
+            changed.notify_all()
+    threading.Thread(target=reader, daemon=True).start()
+
+    def wait_for(pattern, timeout=120):
+        with changed:
+            return changed.wait_for(lambda: any(l is None or re.search(pattern, l) for l in lines), timeout) \
+                and any(l and re.search(pattern, l) for l in lines)
+    return lines, wait_for
+
+
+def text(lines):
+    return ''.join(l for l in lines if l)
+
+
+# ---------------------------------------------------------------- a rerun never replaces a checkpoint
+@work
+def rerun_without_resume_refuses_and_says_how(d):
+    make_data(d)
+    first = run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2')
+    before = (d / 'out' / 'ckpt.pt').read_bytes()
+    rerun = run(d, 'train.py', *TINY, '--max_iters=4', '--eval_interval=2')
+    after = (d / 'out' / 'ckpt.pt').read_bytes()
+    m = re.search(r'resume it with  (.+?)  or', rerun.stderr)
+    typed = subprocess.run(['bash', '-c', m.group(1)], cwd=d, env=ENV, capture_output=True, text=True,
+                           timeout=240) if m else None  # the hint, run as typed
+    resumed_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
+    over = run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--overwrite=True')
+    return first, before, rerun, after, m, typed, resumed_iter, over, load(d / 'out' / 'ckpt.pt')['iter_num']
+
+
+def test_rerun_without_resume_refuses_and_says_how(job):
+    first, before, rerun, after, m, typed, resumed_iter, over, over_iter = job
+    ok(first)
+    one_line_error(rerun, 'out/ckpt.pt', 'already holds a run', '--init_from=resume', '--overwrite=True')
+    assert after == before and 'saved checkpoint' not in rerun.stdout
+    assert m and typed is not None
+    assert sorted(losses(ok(typed))) == [3, 4] and resumed_iter == 4  # the printed command resumed
+    assert sorted(losses(ok(over))) == [1] and over_iter == 1  # starting over, on purpose
+
+
+# ---------------------------------------------------------------- one run at a time in an out_dir
+@work
+def two_runs_into_one_out_dir(d):
+    make_data(d)
+    p = start(d, 'train.py', *TINY, '--max_iters=3000', '--eval_interval=100000', '--log_interval=100')
+    lines, wait_for = watch(p)
+    started = wait_for(r'^iter 1: loss')
+    second = run(d, 'train.py', *TINY, '--max_iters=3')
+    running = p.poll() is None  # the second was refused while the first was still training
+    p.wait(timeout=240)
+    return started and running, second, text(lines), p.returncode, load(d / 'out' / 'ckpt.pt')
+
+
+def test_two_runs_into_one_out_dir(job):
+    started, second, first_out, first_rc, ckpt = job
+    assert started
+    one_line_error(second, 'another training run', 'out')
+    assert first_rc == 0 and max(losses(first_out)) == 3000
+    assert ckpt['iter_num'] == 3000 and ckpt['config']['max_iters'] == 3000  # the first run's, whole
+
+
+def test_a_crashed_run_leaves_no_lock(tmp_path):
+    make_data(tmp_path)
+    p = start(tmp_path, 'train.py', *TINY, '--max_iters=100000', '--eval_interval=100000')
+    _, wait_for = watch(p)
+    assert wait_for(r'^iter 1: loss')
+    p.kill()  # no clean-up at all
+    p.wait()
+    ok(run(tmp_path, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2'))
+
+
+# ---------------------------------------------------------------- Ctrl-C
+SLOW = [*TINY, '--n_embd=128', '--loops=(24,)', '--block_size=128', '--batch_size=8']  # ~1 s a step
+
+
+@work
+def ctrl_c_answers_at_once_and_a_second_one_forces(d):
+    make_data(d)
+    p = start(d, 'train.py', *SLOW, '--max_iters=100000', '--eval_interval=1', '--eval_iters=1')
+    lines, wait_for = watch(p)
+    assert wait_for(r'^saved checkpoint .*iter 1\)')
+    saved = (d / 'out' / 'ckpt.pt').read_bytes()
+    wait_for(r'^iter 2: loss')
+    p.send_signal(signal.SIGINT)
+    answered = wait_for(r'^stopping: finishing this step', timeout=2)  # at once, before the step ends
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    return answered, time.time() - t0, p.returncode, p.stderr.read(), text(lines), d
+
+
+def test_ctrl_c_answers_at_once_and_a_second_one_forces(job):
+    answered, took, rc, err, out, d = job
+    assert answered, out
+    assert took < 5 and rc != 0 and 'stopped at once' in err and 'Traceback' not in err, err
+    ckpt = load(d / 'out' / 'ckpt.pt')  # whole, and at a finished, evaluated step
+    assert ckpt['iter_num'] >= 1 and f"saved checkpoint to out/ckpt.pt (iter {ckpt['iter_num']})" in out
+
+
+@work
+def ctrl_c_during_an_eval_cuts_it_short_and_saves(d):
+    make_data(d)
+    p = start(d, 'train.py', *SLOW, '--max_iters=100000', '--eval_interval=2', '--eval_iters=100000')
+    lines, wait_for = watch(p)
+    assert wait_for(r'^  eval train: \d+/100000')  # the eval shows progress
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+    return p.returncode, p.stderr.read(), text(lines), load(d / 'out' / 'ckpt.pt')
+
+
+def test_ctrl_c_during_an_eval_cuts_it_short_and_saves(job):
+    rc, err, out, ckpt = job
+    assert rc == 0, err
+    assert 'eval cut short' in out and ckpt['iter_num'] == 2
+    assert not re.search(r'^iter 3:', out, re.M)  # no other step
+    assert 'resume with  python ' in out and '--init_from=resume' in out
+
+
+# ---------------------------------------------------------------- resume keeps the run's settings
+@work
+def resume_keeps_the_runs_own_settings(d):
+    make_data(d)
+    ok(run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2', '--learning_rate=0.002'))
+    bare = ['--dataset=tiny', '--device=cpu', '--init_from=resume']  # none of the run's settings
+    changed = run(d, 'train.py', *bare, '--max_iters=4', '--eval_interval=4', '--min_lr=0.0001')
+    refused = [run(d, 'train.py', *bare, '--max_iters=6', arg)
+               for arg in ('--n_embd=64', '--block_size=16', '--loops=(8,)', '--dataset=other')]
+    nothing = run(d, 'train.py', *bare, '--max_iters=3')
+    return changed, load(d / 'out' / 'ckpt.pt'), refused, nothing
+
+
+def test_resume_keeps_the_runs_own_settings(job):
+    changed, ckpt, refused, nothing = job
+    out = ok(changed)
+    assert 'tokens per iteration: 128;' in out  # the run's batch 4 x block 32, not the defaults
+    assert sorted(losses(out)) == [3, 4]
+    cfg = ckpt['config']
+    assert (cfg['batch_size'], cfg['learning_rate'], cfg['eval_iters']) == (4, 0.002, 2)  # kept
+    assert (cfg['max_iters'], cfg['eval_interval'], cfg['min_lr']) == (4, 4, 0.0001)  # changed
+    assert ckpt['model_args']['n_embd'] == 32
+    for r, key in zip(refused, ('n_embd', 'block_size', 'loops', 'dataset')):
+        one_line_error(r, f'--{key}=', 'resuming cannot change')
+    assert 'nothing to train' in nothing.stderr and 'max_iters' in nothing.stderr
+
+
+# ---------------------------------------------------------------- each DDP rank's random state
+DDP = [*TINY, '--dropout=0.1', '--gradient_accumulation_steps=2', '--backend=gloo']
+TORCHRUN = ('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2')
+
+
+@work
+def ddp_resume_restores_every_ranks_random_state(d):
+    make_data(d)
+    straight = run(d, 'train.py', *DDP, '--max_iters=4', '--eval_interval=4', '--out_dir=straight',
+                   launcher=TORCHRUN)
+    ok(run(d, 'train.py', *DDP, '--max_iters=2', '--eval_interval=2', '--out_dir=split', launcher=TORCHRUN))
+    split = load(d / 'split' / 'ckpt.pt')
+    second = run(d, 'train.py', *DDP, '--max_iters=4', '--eval_interval=4', '--out_dir=split',
+                 '--init_from=resume', launcher=TORCHRUN)
+    return straight, split, second
+
+
+def test_ddp_resume_restores_every_ranks_random_state(job):
+    straight, split, second = job
+    ranks = split['rng']['ranks']
+    assert len(ranks) == 2 and not torch.equal(ranks[0]['torch'], ranks[1]['torch'])
+    a, b = losses(ok(straight)), losses(ok(second))
+    assert sorted(b) == [3, 4] and all(a[i] == b[i] for i in (3, 4)), (a, b)  # dropout resumed exactly
+
+
+# ---------------------------------------------------------------- the checkpoint the user meant
+@work
+def sample_without_out_dir_names_the_runs_that_exist(d):
+    make_data(d)
+    ok(run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--out_dir=out-v13'))
+    r = run(d, 'sample.py', '--device=cpu', '--max_new_tokens=3', '--num_samples=1')
+    m = re.search(r'add (--out_dir=\S+)', r.stderr)
+    return r, m and run(d, 'sample.py', m.group(1), '--device=cpu', '--max_new_tokens=3', '--num_samples=1')
+
+
+def test_sample_without_out_dir_names_the_runs_that_exist(job):
+    r, followed = job
+    one_line_error(r, 'no checkpoint at out/ckpt.pt', 'out-v13/ckpt.pt', '--out_dir=out-v13')
+    assert followed and ok(followed)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='this machine has CUDA')
+def test_cuda_without_a_gpu_says_so(tmp_path):
+    make_data(tmp_path)
+    for r in run_all(*[(tmp_path, script, '--device=cuda') for script in ('train.py', 'sample.py', 'eval.py')]):
+        one_line_error(r, "device='cuda'", 'no CUDA', '--device=cpu')
