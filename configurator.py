@@ -82,7 +82,9 @@ for _arg in sys.argv[1:]:
         print(f"Overriding config with {_arg}")
 for _rule in globals().get('_valid', []):  # a rule that does not hold: one line naming its keys
     if not eval(_rule, globals()):
-        _keys = [k for k in re.findall(r'[a-z_]+', _rule) if k in globals()]
+        _keys = dict.fromkeys(k for k in re.findall(r'[a-z_]+', _rule) if k in globals())
         sys.exit(f"error: {', '.join(f'{k}={globals()[k]!r}' for k in _keys)}: need {_rule}")
+if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fine; run nothing
+    sys.exit(0)
 if 'cuda' in str(globals().get('device', '')) and not torch.cuda.is_available():
     sys.exit(f"error: device={device!r}, but this machine has no CUDA GPU: use --device=cpu")

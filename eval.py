@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from model import load_checkpoint
-from prepare import get_tokenizer, load_meta, load_tokens, read_eval_docs
+from prepare import data_error, get_tokenizer, load_meta, load_tokens, read_eval_docs
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -25,6 +25,10 @@ topic_threshold = 0.0   # the exit threshold for per-topic depth without ACT; 0 
 max_docs = 200          # eval.jsonl documents per topic
 html = ''               # write the depth map to this file
 seed = 1337
+_valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
+          'topic_threshold >= 0', 'max_docs >= 1', '0 <= seed < 2**64',
+          "exit_kind in ('maxprob', 'resid')",  # configurator.py checks these rules
+          'all(type(t) in (int, float) and t >= 0 for t in thresholds)']
 # -----------------------------------------------------------------------------
 # per exit kind: the thresholds of the early-exit curve, and the one for per-topic depth
 DEFAULTS = {'maxprob': ((0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 0.9),
@@ -192,8 +196,6 @@ def print_report(r):
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    if exit_kind not in DEFAULTS:
-        raise ValueError(f"exit_kind='{exit_kind}' is unknown: use maxprob or resid")
     topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
@@ -202,8 +204,11 @@ if __name__ == '__main__':
     if T > c.block_size:
         raise ValueError(f"block_size={T} is larger than the model's {c.block_size}: "
                          "use --block_size=0 (the model's) or less")
+    if suffix_start >= T:
+        raise ValueError(f"suffix_start={suffix_start} is not below the block size {T}: use "
+                         f"1..{T - 1}, or 0 for the default")
     # the paper scores targets 193..255 of 256; the report says which ones were scored
-    start = min(max(suffix_start or round(193 * T / 256), 1), T - 1)
+    start = suffix_start or min(max(round(193 * T / 256), 1), T - 1)
     data_dir = os.path.join('data', ckpt['config']['dataset'])
     meta = load_meta(data_dir)
     if meta['vocab_size'] != c.vocab_size:
@@ -211,12 +216,11 @@ if __name__ == '__main__':
                          f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
                          "the tokenizer the model was trained with")
     encode, decode, eot = get_tokenizer(meta['tokenizer'])
-    docs, n_bad = read_eval_docs(os.path.join(data_dir, 'eval.jsonl'))
+    docs, n_bad = read_eval_docs(path := os.path.join(data_dir, 'eval.jsonl'))
     topics = dict.fromkeys(d['topic'] for d in docs)  # the first max_docs of each, grouped by topic
     docs = [d for t in topics for d in [d for d in docs if d['topic'] == t][:max_docs]]
     if not docs:
-        raise ValueError(f"{data_dir}/eval.jsonl has no usable documents ({n_bad} malformed "
-                         "lines): re-run prepare.py")
+        raise data_error(path, f"has no usable documents ({n_bad} malformed lines)")
     tokens = [encode(d['text']) for d in docs]
     x, real = pack_docs(tokens, eot, T)
     # at the trained depth: suffix NLL, topic NLL, the residual probe (and the ACT gate's depth)

@@ -252,11 +252,12 @@ class GPT(nn.Module):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
         if n_loops is None:
             return self.config.loops
-        loops = (n_loops,) * len(self.segments) if isinstance(n_loops, int) else tuple(n_loops)
-        if len(loops) != len(self.segments) or any(type(k) is not int or k <= 0 for k in loops):
+        loops = (n_loops,) * len(self.segments) if isinstance(n_loops, int) else n_loops
+        if not isinstance(loops, (tuple, list)) or len(loops) != len(self.segments) or \
+                any(type(k) is not int or k <= 0 for k in loops):
             raise ValueError(f"n_loops={n_loops} must be a positive int "
                              f"or a tuple of {len(self.segments)} positive ints")
-        return loops
+        return tuple(loops)
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
         B, T = idx.shape

@@ -16,6 +16,7 @@ hf_url = 'https://huggingface.co'  # the fineweb shards download from hf_url/<pa
 eval_docs = 200  # documents held out per topic for eval.jsonl
 seed = 1337
 data_root = 'data'
+_valid = ['eval_docs >= 1', 'shards >= 1']  # configurator.py checks them
 
 HOST = 'raw.githubusercontent.com'  # the topic sources' host: mirror/HOST/<path>
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
@@ -43,29 +44,45 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; dec
     decode = lambda ids: enc.decode([i for i in map(int, ids) if i < enc.eot_token])
     return enc.encode_ordinary, decode, enc.eot_token
 
-def load_meta(data_dir):
+def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
+    root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
+    extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
+    return kind(f"{path} {why}; make it with: python prepare.py --dataset="
+                f"{name.removesuffix('_byte')} --tokenizer="
+                f"{'byte' if name.endswith('_byte') else 'gpt2'}{extra}")
+
+def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot and dtype
     path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(path):  # name the command that makes it, not just the missing file
-        root, name = os.path.split(os.path.normpath(data_dir))
-        tok = 'byte' if name.endswith('_byte') else 'gpt2'
-        extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-        raise FileNotFoundError(f"{path} not found; make it with: python prepare.py "
-                                f"--dataset={name.removesuffix('_byte')} --tokenizer={tok}{extra}")
-    return json.loads(pathlib.Path(path).read_text())
+    if not os.path.isfile(path):
+        raise data_error(path, 'not found', FileNotFoundError)
+    try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
+        meta = json.loads(pathlib.Path(path).read_bytes())
+        return {k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')}
+    except (ValueError, TypeError, KeyError) as e:
+        why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
+        raise data_error(path, why) from None
 
 def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
-    return np.memmap(os.path.join(data_dir, f'{split}.bin'), load_meta(data_dir)['dtype'], 'r')
+    meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
+    try:  # numpy refuses a missing or empty file, and one that is not a whole number of tokens
+        tokens = np.memmap(path, meta['dtype'], 'r')
+    except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
+        raise data_error(path, f"is unusable ({e})") from None
+    if (top := tokens.max()) >= meta['vocab_size']:  # it would index past the embedding
+        raise data_error(path, f"holds token id {top} >= vocab_size {meta['vocab_size']}")
+    return tokens
 
 def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"} dicts, n bad lines
-    with open(path, encoding='utf-8', errors='replace') as f:
-        rows = [json_or_none(line) for line in f if line.strip()]
-    docs = [d for d in rows if isinstance(d, dict)
-            and isinstance(d.get('topic'), str) and isinstance(d.get('text'), str)]
-    return docs, len(rows) - len(docs)
-def json_or_none(line):
+    if not os.path.isfile(path):
+        raise data_error(path, 'not found', FileNotFoundError)
+    with open(path, 'rb') as f:  # bytes: a line that is not UTF-8 is malformed too
+        rows = [doc_or_none(line) for line in f if line.strip()]
+    return [d for d in rows if d], rows.count(None)
+def doc_or_none(line):  # not UTF-8, not JSON (ValueError), not {"topic": str, "text": str}: None
     try:
-        return json.loads(line)
-    except json.JSONDecodeError:
+        d = json.loads(line)
+        return d if isinstance(d['topic'], str) and isinstance(d['text'], str) else None
+    except (ValueError, KeyError, TypeError):
         return None
 
 @contextmanager
@@ -166,8 +183,8 @@ def documents():  # topics / shakespeare -> (eot, held, train, val): token array
     return eot, held, docs[:n], docs[n:]
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
-    if tokenizer != 'gpt2' or shards < 1:
-        raise ValueError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2 and --shards=1 or more")
+    if tokenizer != 'gpt2':
+        raise ValueError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
     held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]

@@ -3,6 +3,7 @@ Sample from a trained tied-depth model, optionally at another depth or showing e
 $ python sample.py --out_dir=out-smoke --start="ROMEO:" --n_loops=8 --show_depth=True
 """
 import os
+import pathlib
 import sys
 import time
 from contextlib import nullcontext
@@ -14,7 +15,7 @@ out_dir = 'out'
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
 num_samples = 3
 max_new_tokens = 200
-temperature = 0.8
+temperature = 0.8  # 0 = greedy: always the most likely token
 top_k = 200  # 0 = off
 top_p = 1.0  # nucleus sampling; 1.0 = off
 repetition_penalty = 1.0
@@ -24,6 +25,9 @@ show_depth = False  # colour each generated token by its loop depth (ACT gate, o
 block_size = 0  # context window; 0 = the model's
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
+_valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k >= 0',
+          '0 < top_p <= 1', 'repetition_penalty > 0', 'block_size >= 0', '0 <= seed < 2**64',
+          'type(n_loops) in (int, tuple, type(None))']  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 
@@ -38,15 +42,21 @@ if block_size > model.config.block_size:
 model.config.block_size = block_size or model.config.block_size  # generate() crops the context
 encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
 if start.startswith('FILE:'):
-    if not os.path.isfile(start[5:]):
-        raise FileNotFoundError(f"prompt file {start[5:]} not found "
+    path = start[5:]
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"prompt file {path} not found "
                                 "(--start=FILE:path reads the prompt from path)")
-    with open(start[5:], encoding='utf-8') as f:
-        start = f.read()
+    try:
+        start = pathlib.Path(path).read_text(encoding='utf-8')
+    except UnicodeDecodeError as e:
+        raise ValueError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
 ids = encode(start)
 if not ids:
     raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' "
                      "or --start=FILE:prompt.txt")
+if len(ids) > model.config.block_size:  # the model sees at most block_size tokens
+    print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
+          "(block_size)", file=sys.stderr)
 x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
 exit_policy = parse_exit(exit_at) if exit_at else None
 max_depth = sum(model.depths(n_loops))

@@ -1,7 +1,7 @@
 """A user's runs: a rerun never replaces a checkpoint, one run at a time per out_dir, Ctrl-C that answers
 and can be forced, resume that keeps the run's own settings, each DDP rank's random state, and finding
 the checkpoint a user meant. Every script runs as a subprocess on tiny byte-level data (CPU)."""
-import re, shlex, signal, subprocess, threading, time
+import re, signal, socket, subprocess, threading, time
 
 import pytest
 import torch
@@ -167,18 +167,25 @@ def test_resume_keeps_the_runs_own_settings(job):
 
 # ---------------------------------------------------------------- each DDP rank's random state
 DDP = [*TINY, '--dropout=0.1', '--gradient_accumulation_steps=2', '--backend=gloo']
-TORCHRUN = ('-m', 'torch.distributed.run', '--standalone', '--nproc_per_node=2')
+
+
+def ddp(d, *args):
+    """2 gloo ranks with the environment torchrun gives them (a free port: tests run side by side)."""
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port)}
+    ranks = [start(d, 'train.py', *DDP, *args, env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)}) for r in (0, 1)]
+    return [finish(p) for p in ranks][0]
 
 
 @work
 def ddp_resume_restores_every_ranks_random_state(d):
     make_data(d)
-    straight = run(d, 'train.py', *DDP, '--max_iters=4', '--eval_interval=4', '--out_dir=straight',
-                   launcher=TORCHRUN)
-    ok(run(d, 'train.py', *DDP, '--max_iters=2', '--eval_interval=2', '--out_dir=split', launcher=TORCHRUN))
+    straight = ddp(d, '--max_iters=4', '--eval_interval=4', '--out_dir=straight')
+    ok(ddp(d, '--max_iters=2', '--eval_interval=2', '--out_dir=split'))
     split = load(d / 'split' / 'ckpt.pt')
-    second = run(d, 'train.py', *DDP, '--max_iters=4', '--eval_interval=4', '--out_dir=split',
-                 '--init_from=resume', launcher=TORCHRUN)
+    second = ddp(d, '--max_iters=4', '--eval_interval=4', '--out_dir=split', '--init_from=resume')
     return straight, split, second
 
 

@@ -1,0 +1,230 @@
+"""Bad input to sample.py, eval.py and prepare.py (issue 12's catalogue): every numeric knob out of range and every
+broken data file gets one line `error: ...` naming the key or the file and the fix, never a traceback or silence,
+and a failing run changes nothing in out/ or data/. Plus what used to happen without a word: a long prompt's crop,
+a non-UTF-8 line of eval.jsonl, temperature 0.
+
+Speed: a script run is mostly torch's import (~1.5 s of CPU). The cases that need a checkpoint or data files run as
+subprocesses in the background (harness.py's @work / jobs) on byte-level data and a hand-made, untrained tiny
+checkpoint; a knob out of range stops in configurator.py before anything is read, so those run the script in this
+process (runpy: the same code, the same SystemExit line that python would print), a few ms each."""
+import json, os, runpy, shutil, subprocess, sys, threading, traceback
+from dataclasses import asdict
+
+import numpy as np
+import pytest
+import torch
+
+import prepare
+from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
+from model import GPT, GPTConfig
+
+DATA = 'data/tiny_byte'  # the folder that prepare.py --dataset=tiny --tokenizer=byte would write
+FIX = 'python prepare.py --dataset=tiny --tokenizer=byte'
+_base_lock = threading.Lock()
+
+
+def base(d):
+    """d/data/tiny_byte and d/out/ckpt.pt (an untrained tiny model, with the keys train.py saves), copied from a
+    folder made once, by the first work that asks."""
+    root = d.parent / 'base_bad_input'
+    with _base_lock:
+        if not (root / 'out' / 'ckpt.pt').exists():
+            make_data(root, 'tiny_byte')
+            cfg = GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1)
+            torch.manual_seed(0)
+            (root / 'out').mkdir()
+            torch.save(dict(model=GPT(cfg).state_dict(), model_args=asdict(cfg), iter_num=0, meta=META,
+                            config=dict(dataset='tiny_byte', block_size=32)), root / 'out' / 'ckpt.pt')
+    for sub in ('data', 'out'):
+        shutil.copytree(root / sub, d / sub)
+    return d
+
+
+def files(d):
+    """Every file under d/out and d/data -> its bytes."""
+    return {str(p.relative_to(d)): p.read_bytes() for sub in ('out', 'data') for p in sorted((d / sub).rglob('*'))
+            if p.is_file()}
+
+
+def edit(name, data, under=DATA):  # a setup: (over)write a file of data/tiny_byte, or of the folder itself
+    return lambda d: (d / under / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+SAMPLE = ('sample.py', '--device=cpu', '--max_new_tokens=2', '--num_samples=1')
+EVAL = ('eval.py', '--device=cpu', '--eval_iters=1', '--batch_size=4')
+TRAIN = ('train.py', *[a for a in TINY if not a.startswith('--dataset')], '--dataset=tiny_byte', '--out_dir=fresh',
+         '--max_iters=2')
+
+# ---------------------------------------------------------------- bad files and values that need the data: subprocesses
+BAD = {  # name: (setup(folder) or None, script and args, words the one error line must contain)
+    'sample_top_p_0': (None, (*SAMPLE, '--top_p=0'), ['top_p=0.0', '0 < top_p <= 1']),  # a rule, end to end
+    'sample_prompt_not_utf8': (edit('prompt.txt', b'caf\xe9 \xff\n', under='.'), (*SAMPLE, '--start=FILE:prompt.txt'),
+                               ['prompt file prompt.txt', 'not UTF-8']),
+    'eval_batch_size_0': (None, (*EVAL, '--batch_size=0'), ['batch_size=0', 'batch_size >= 1']),  # a rule, too
+    'eval_suffix_start_999': (None, (*EVAL, '--suffix_start=999'), ['suffix_start=999', 'block size 32', '1..31']),
+    'eval_jsonl_missing': (lambda d: (d / DATA / 'eval.jsonl').unlink(), EVAL,
+                           [f'{DATA}/eval.jsonl', 'not found', FIX]),
+    'eval_jsonl_no_usable_docs': (edit('eval.jsonl', '{"topic": "x"}\nnot json\n'), EVAL,
+                                  [f'{DATA}/eval.jsonl', 'no usable documents', '2 malformed lines', FIX]),
+    'meta_not_json': (edit('meta.json', '{"tokenizer": "byte", '), EVAL, [f'{DATA}/meta.json', 'not a JSON', FIX]),
+    'meta_without_dtype': (edit('meta.json', json.dumps({k: v for k, v in META.items() if k != 'dtype'})), EVAL,
+                           [f'{DATA}/meta.json', "lacks the key 'dtype'", FIX]),
+    'train_bin_odd_size': (edit('train.bin', b'\x01\x00' * 500 + b'\x01'), TRAIN, [f'{DATA}/train.bin', FIX]),
+    'val_bin_empty': (edit('val.bin', b''), EVAL, [f'{DATA}/val.bin', 'empty', FIX]),
+    'val_bin_ids_beyond_vocab': (edit('val.bin', np.array([65, 66, 300] * 100, np.uint16).tobytes()), EVAL,
+                                 [f'{DATA}/val.bin', 'token id 300', 'vocab_size 257', FIX]),
+}
+
+
+@work
+def bad_input_is_one_line_error(d, case):
+    setup, cmd, _ = BAD[case]
+    base(d)
+    if setup:
+        setup(d)
+    before = files(d)
+    return run(d, *cmd), before, files(d)
+
+
+@pytest.mark.parametrize('case', BAD)
+def test_bad_input_is_one_line_error(job, case):
+    r, before, after = job
+    one_line_error(r, *BAD[case][2])
+    assert after == before, 'a failing run changed out/ or data/'
+
+
+@work
+def long_prompt_is_cropped_with_a_notice(d):
+    base(d)
+    (d / 'prompt.txt').write_text('the cat sat. ' * 10)  # 130 byte tokens; the model's context is 32
+    return run(d, *SAMPLE, '--start=FILE:prompt.txt', '--temperature=0', '--num_samples=2', '--max_new_tokens=8')
+
+
+def test_long_prompt_is_cropped_with_a_notice(job):
+    samples = ok(job).split('---------------\n')
+    assert 'the prompt has 130 tokens; keeping the last 32 (block_size)' in job.stderr
+    prompt = ('the cat sat. ' * 10)[-32:]  # what the model sees: the last 32 tokens
+    first, second = (s[s.index(prompt):] for s in samples[:2])
+    assert first == second and len(first) == 32 + 8 + 1  # temperature 0: greedy, the same every time
+
+
+@work
+def non_utf8_line_of_eval_jsonl_is_skipped_and_counted(d):
+    base(d)
+    good = [json.dumps({'topic': 'words', 'text': t}).encode() for t in ('one two three', 'four five')]
+    (d / DATA / 'eval.jsonl').write_bytes(b'\n'.join([good[0], b'{"topic": "words", "text": "caf\xe9"}', good[1]]))
+    r = run(d, *EVAL)
+    return r, json.loads((d / 'out' / 'eval.json').read_text()) if r.returncode == 0 else {}
+
+
+def test_non_utf8_line_of_eval_jsonl_is_skipped_and_counted(job):
+    r, report = job
+    assert 'skipped 1 malformed lines of eval.jsonl' in ok(r)  # it used to be read with '\ufffd' in place
+    assert report['skipped_lines'] == 1 and report['eval_docs'] == 2
+
+
+# ---------------------------------------------------------------- every knob out of range: stopped by its _valid rule
+RULES = {  # name: (script and args, words the one error line must contain)
+    'sample_max_new_tokens_0': (('sample.py', '--max_new_tokens=0'), ['max_new_tokens=0', 'max_new_tokens >= 1']),
+    'sample_max_new_tokens_-5': (('sample.py', '--max_new_tokens=-5'), ['max_new_tokens=-5', '>= 1']),
+    'sample_num_samples_0': (('sample.py', '--num_samples=0'), ['num_samples=0', 'num_samples >= 1']),
+    'sample_temperature_-1': (('sample.py', '--temperature=-1'), ['temperature=-1.0', 'temperature >= 0']),
+    'sample_top_k_-3': (('sample.py', '--top_k=-3'), ['top_k=-3', 'top_k >= 0']),
+    'sample_top_p_1.5': (('sample.py', '--top_p=1.5'), ['top_p=1.5', '0 < top_p <= 1']),
+    'sample_repetition_penalty_0': (('sample.py', '--repetition_penalty=0'),
+                                    ['repetition_penalty=0.0', 'repetition_penalty > 0']),
+    'sample_block_size_-5': (('sample.py', '--block_size=-5'), ['block_size=-5', 'block_size >= 0']),
+    'sample_seed_2**64': (('sample.py', f'--seed={2**64}'), [f'seed={2**64}', 'seed < 2**64']),
+    'sample_n_loops_1.5': (('sample.py', '--n_loops=1.5'), ['n_loops=1.5', 'int, tuple']),
+    'sample_n_loops_x': (('sample.py', '--n_loops=x'), ["n_loops='x'", 'int, tuple']),
+    'eval_eval_iters_0': (('eval.py', '--eval_iters=0'), ['eval_iters=0', 'eval_iters >= 1']),
+    'eval_max_docs_0': (('eval.py', '--max_docs=0'), ['max_docs=0', 'max_docs >= 1']),
+    'eval_max_docs_-1': (('eval.py', '--max_docs=-1'), ['max_docs=-1', 'max_docs >= 1']),
+    'eval_block_size_-5': (('eval.py', '--block_size=-5'), ['block_size=-5', 'block_size >= 0']),
+    'eval_suffix_start_-1': (('eval.py', '--suffix_start=-1'), ['suffix_start=-1', 'suffix_start >= 0']),
+    'eval_topic_threshold_-1': (('eval.py', '--topic_threshold=-1'), ['topic_threshold=-1.0', '>= 0']),
+    'eval_thresholds_negative': (('eval.py', '--thresholds=(0.5,-1)'), ['thresholds=(0.5, -1)', 't >= 0']),
+    'eval_thresholds_not_numbers': (('eval.py', "--thresholds=(0.5,'a')"), ["thresholds=(0.5, 'a')", 'float']),
+    'eval_exit_kind': (('eval.py', '--exit_kind=entropy'), ["exit_kind='entropy'", 'maxprob', 'resid']),
+    'eval_seed_-1': (('eval.py', '--seed=-1'), ['seed=-1', '0 <= seed']),
+    'prepare_eval_docs_-1': (('prepare.py', '--mirror=nowhere', '--eval_docs=-1'), ['eval_docs=-1', 'eval_docs >= 1']),
+    'prepare_eval_docs_0': (('prepare.py', '--mirror=nowhere', '--eval_docs=0'), ['eval_docs=0', 'eval_docs >= 1']),
+    'prepare_shards_0': (('prepare.py', '--mirror=nowhere', '--dataset=fineweb', '--shards=0'), ['shards=0', 'shards >= 1']),
+}
+
+
+@pytest.mark.parametrize('case', RULES)
+def test_knob_out_of_range_is_one_line_error(case, tmp_path, monkeypatch, capsys):
+    """The script runs here, as `python SCRIPT ARGS` would, in an empty folder: it must stop in configurator.py
+    (without its rule it would go on, and fail on the missing checkpoint or data, or run)."""
+    (script, *args), words = RULES[case]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, 'argv', [script, *args, '--device=cpu'] if script != 'prepare.py' else [script, *args])
+    monkeypatch.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py installs its own: put it back after
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(REPO / script), run_name='__main__')
+    r = subprocess.CompletedProcess(sys.argv, 1, capsys.readouterr().out, f"{e.value.code}\n")  # what python prints
+    one_line_error(r, *words)
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------- every way a data file can be broken: prepare.py's readers
+def raised_on_purpose(e):
+    """The excepthook's test (configurator.py): a `raise` line of one of nanoloop's own files -> printed as one line."""
+    last = traceback.extract_tb(e.__traceback__)[-1]
+    return os.path.dirname(os.path.abspath(last.filename)) == str(REPO) and last.line.startswith('raise')
+
+
+META_BROKEN = {'not_json': '{"tokenizer": "byte", ', 'not_utf8': b'\xff\xfe{"eot": 256}', 'empty': '',
+               'not_an_object': '[257, 256]', 'a_number': '257', 'null': 'null',
+               **{f'without_{k}': json.dumps({j: v for j, v in META.items() if j != k})
+                  for k in META}}
+
+
+@pytest.mark.parametrize('case', META_BROKEN)
+def test_broken_meta_json_is_named_with_the_fix(case, tmp_path):
+    d = tmp_path / 'data' / 'tiny_byte'
+    d.mkdir(parents=True)
+    broken = META_BROKEN[case]
+    (d / 'meta.json').write_bytes(broken if isinstance(broken, bytes) else broken.encode())
+    with pytest.raises(ValueError) as e:
+        prepare.load_meta(str(d))
+    assert str(d / 'meta.json') in str(e.value) and '\n' not in str(e.value)
+    assert str(e.value).endswith(f'{FIX} --data_root={tmp_path / "data"}') and raised_on_purpose(e.value)
+    if case.startswith('without_'):
+        assert f"lacks the key '{case[8:]}'" in str(e.value)
+
+
+BIN_BROKEN = {'missing': None, 'empty': b'', 'odd_size': b'\x01\x00\x02',
+              'id_beyond_vocab': np.array([1, 2, 257], np.uint16).tobytes()}
+
+
+@pytest.mark.parametrize('case', BIN_BROKEN)
+def test_broken_token_file_is_named_with_the_fix(case, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    d = make_data(tmp_path, 'tiny_byte')
+    (d / 'val.bin').unlink()
+    if BIN_BROKEN[case] is not None:
+        (d / 'val.bin').write_bytes(BIN_BROKEN[case])
+    assert len(prepare.load_tokens(DATA, 'train')) > 0  # the other split is fine
+    with pytest.raises(ValueError) as e:
+        prepare.load_tokens(DATA, 'val')
+    assert str(e.value).startswith(f'{DATA}/val.bin ') and str(e.value).endswith(FIX)
+    assert '\n' not in str(e.value) and raised_on_purpose(e.value)
+    if case == 'id_beyond_vocab':
+        assert 'token id 257 >= vocab_size 257' in str(e.value)
+
+
+def test_missing_eval_jsonl_is_named_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as e:
+        prepare.read_eval_docs(f'{DATA}/eval.jsonl')
+    assert str(e.value) == f'{DATA}/eval.jsonl not found; make it with: {FIX}' and raised_on_purpose(e.value)
+
+
+def test_eval_jsonl_line_that_is_not_utf8_is_counted_as_malformed(tmp_path):
+    lines = [b'{"topic": "a", "text": "caf\xc3\xa9"}', b'{"topic": "a", "text": "caf\xe9"}', b'\xff\xfe',
+             b'{"topic": "a", "text": "ok"}\r']
+    (tmp_path / 'eval.jsonl').write_bytes(b'\n'.join(lines) + b'\n\n')
+    docs, n_bad = prepare.read_eval_docs(str(tmp_path / 'eval.jsonl'))
+    assert [d['text'] for d in docs] == ['caf\u00e9', 'ok'] and n_bad == 2

@@ -1,0 +1,58 @@
+"""Every command in README.md and GUIDE.md runs as typed in bash: its syntax (bash -n), and its arguments,
+parsed and checked by the script's own configurator.py (NANOLOOP_ARGS_ONLY=1 stops right after that)."""
+import os, re, shlex, subprocess, sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def commands(text):
+    """`python ...` / `torchrun ...` in inline code and in code blocks, split at &&, comments dropped."""
+    spans = re.findall(r'`((?:python|torchrun) [^`]+)`', text)
+    for block in re.findall(r'```(?:sh|bash)?\n(.*?)```', text, re.S):
+        spans += [line for line in block.splitlines() if line.startswith(('python ', 'torchrun '))]
+    return [part.split(' #')[0].strip() for span in spans for part in span.split('&&')]
+
+
+def script_and_args(cmd):
+    """-> (script.py, its arguments) of a python or torchrun command; None for python -m ..."""
+    words = shlex.split(cmd)
+    i = next((i for i, w in enumerate(words) if w.endswith('.py')), None)
+    return None if i is None else (words[i], tuple(words[i + 1:]))
+
+
+ALL = sorted({(doc, cmd) for doc in ('README.md', 'GUIDE.md') for cmd in commands((REPO / doc).read_text())})
+
+
+def test_the_docs_have_commands():
+    assert len(ALL) >= 25 and {doc for doc, _ in ALL} == {'README.md', 'GUIDE.md'}
+    assert any(cmd.startswith('torchrun') for _, cmd in ALL)
+
+
+@pytest.fixture(scope='module')
+def parsed():
+    """Each distinct script + arguments, checked once, all at once (most of a run is torch's import)."""
+    env = {**os.environ, 'NANOLOOP_ARGS_ONLY': '1', 'OMP_NUM_THREADS': '1'}
+    runs = {p for _, cmd in ALL if (p := script_and_args(cmd))}
+    procs = {p: subprocess.Popen([sys.executable, p[0], *p[1]], cwd=REPO, env=env, text=True,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for p in runs}
+    return {p: (proc.wait(timeout=300), proc.stdout.read()) for p, proc in procs.items()}
+
+
+@pytest.mark.parametrize('doc,cmd', ALL)
+def test_command_runs_as_typed(doc, cmd, parsed):
+    syntax = subprocess.run(['bash', '-n', '-c', cmd], capture_output=True, text=True)
+    assert syntax.returncode == 0, f"{doc}: {cmd!r} is not valid bash: {syntax.stderr}"
+    p = script_and_args(cmd)
+    if p is not None:  # (python -m pytest -q has no script to check)
+        rc, out = parsed[p]
+        assert rc == 0, f"{doc}: {cmd!r}\n{out}"
+
+
+def test_a_broken_command_is_caught():
+    assert commands("see `python bench.py --phantom_ks=(1,4)` and `python -m pytest -q`") == \
+        ['python bench.py --phantom_ks=(1,4)', 'python -m pytest -q']
+    assert subprocess.run(['bash', '-n', '-c', 'python bench.py --phantom_ks=(1,4)'],
+                          capture_output=True).returncode != 0
