@@ -3,7 +3,7 @@
 # See config/act.py for the halt_penalty trade-off; measured here (README, Results): 0.001 -> nearly
 # every token runs all 6 loops, 0.01 -> every token stops after 1, 0.003 -> the gate chooses per token.
 # $ python prepare.py --dataset=topics --tokenizer=byte
-# $ python train.py config/act_cpu.py && python eval.py --out_dir=out-act-cpu --html=depth.html
+# $ python train.py config/act_cpu.py && python eval.py --out_dir=out-act-cpu --html=out-act-cpu/depth.html
 include('cpu_single.py')
 out_dir = 'out-act-cpu'
 n_embd = 96

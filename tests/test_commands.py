@@ -1,4 +1,4 @@
-"""Every command in README.md and GUIDE.md runs as typed in bash: its syntax (bash -n), and its arguments,
+"""Every command in README.md, GUIDE.md and the configs' comments runs as typed in bash: its syntax (bash -n), and its arguments,
 parsed and checked by the script's own configurator.py (NANOLOOP_ARGS_ONLY=1 stops right after that)."""
 import os, re, shlex, subprocess, sys
 from pathlib import Path
@@ -13,7 +13,8 @@ def commands(text):
     spans = re.findall(r'`((?:python|torchrun) [^`]+)`', text)
     for block in re.findall(r'```(?:sh|bash)?\n(.*?)```', text, re.S):
         spans += [line for line in block.splitlines() if line.startswith(('python ', 'torchrun '))]
-    return [part.split(' #')[0].strip() for span in spans for part in span.split('&&')]
+    parts = [part for span in spans for part in re.split(r'&&|  then  ', span)]
+    return [part.split(' #')[0].strip() for part in parts]
 
 
 def script_and_args(cmd):
@@ -23,11 +24,20 @@ def script_and_args(cmd):
     return None if i is None else (words[i], tuple(words[i + 1:]))
 
 
-ALL = sorted({(doc, cmd) for doc in ('README.md', 'GUIDE.md') for cmd in commands((REPO / doc).read_text())})
+DOCS = ['README.md', 'GUIDE.md', *sorted(str(p.relative_to(REPO)) for p in REPO.glob('config/*.py'))]
+
+def doc_commands(doc):
+    text = (REPO / doc).read_text()
+    if doc.endswith('.py'):  # a config shows its commands in comments: '# $ python ...'
+        text = '```\n' + '\n'.join(re.findall(r'^# \$ (.*)$', text, re.M)) + '\n```'
+    return commands(text)
+
+
+ALL = sorted({(doc, cmd) for doc in DOCS for cmd in doc_commands(doc)})
 
 
 def test_the_docs_have_commands():
-    assert len(ALL) >= 25 and {doc for doc, _ in ALL} == {'README.md', 'GUIDE.md'}
+    assert len(ALL) >= 35 and {'README.md', 'GUIDE.md', 'config/smoke.py'} <= {doc for doc, _ in ALL}
     assert any(cmd.startswith('torchrun') for _, cmd in ALL)
 
 
