@@ -41,6 +41,8 @@ device = ''
 compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
+_valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
+          'gen_tokens >= 1', 'repeats >= 1', 'peak_flops >= 0']  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')

@@ -60,16 +60,18 @@ class KVCache:
     segment; ('coda', j); (segment, i, 'coda', j): a maxprob exit's readout at that iteration."""
     def __init__(self, block_size):
         self.block_size = block_size
-        self.kv = {}  # slot -> (2, B, heads, block_size, head size): keys, values
+        self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
         self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
 
     def update(self, slot, k, v):
         if slot not in self.kv:
-            self.kv[slot] = k.new_empty(2, *k.shape[:2], self.block_size, k.size(3))
+            shape = (*k.shape[:2], self.block_size, k.size(3))
+            self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
+        keys, values = self.kv[slot]
         end = self.pos + k.size(2)
-        self.kv[slot][0, :, :, self.pos:end] = k
-        self.kv[slot][1, :, :, self.pos:end] = v
-        return self.kv[slot][0, :, :, :end], self.kv[slot][1, :, :, :end]
+        keys[:, :, self.pos:end] = k
+        values[:, :, self.pos:end] = v
+        return keys[:, :, :end], values[:, :, :end]
 
     def skip(self, segment, i, T):
         """A chunk of T tokens that all stopped (exit or ACT) skips iteration i: it computes
@@ -78,8 +80,10 @@ class KVCache:
         now = slice(self.pos, self.pos + T)
         for slot in [s for s in self.kv if s[:2] == (segment, i - 1)]:
             new = (segment, i) + slot[2:]
-            self.kv.setdefault(new, torch.empty_like(self.kv[slot]))
-            self.kv[new][:, :, :, now] = self.kv[slot][:, :, :, now]
+            if new not in self.kv:
+                self.kv[new] = tuple(torch.empty_like(t) for t in self.kv[slot])
+            for last, skipped in zip(self.kv[slot], self.kv[new]):  # keys, then values
+                skipped[:, :, now] = last[:, :, now]
 
 class Attention(nn.Module):
     def __init__(self, c):
@@ -90,17 +94,17 @@ class Attention(nn.Module):
 
     def forward(self, x, cache=None, slot=None):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = [t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v)]
+        # q, k, v: each (B, heads, T, head size), from one view of the fused projection
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
         dropout = self.dropout if self.training else 0.0
         if cache is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         else:
             k, v = cache.update(slot, k, v)
-            # the T queries are the last T of S positions: query t sees the keys up to S - T + t
-            S = k.size(2)
-            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
-            mask = None if T == 1 else mask
+            mask = None  # one new token sees every key; a chunk of T is causal, shifted: query t
+            if T > 1:  # (position S - T + t) sees the keys up to S - T + t
+                S = k.size(2)
+                mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 

@@ -150,6 +150,20 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'prepare_eval_docs_-1': (('prepare.py', '--mirror=nowhere', '--eval_docs=-1'), ['eval_docs=-1', 'eval_docs >= 1']),
     'prepare_eval_docs_0': (('prepare.py', '--mirror=nowhere', '--eval_docs=0'), ['eval_docs=0', 'eval_docs >= 1']),
     'prepare_shards_0': (('prepare.py', '--mirror=nowhere', '--dataset=fineweb', '--shards=0'), ['shards=0', 'shards >= 1']),
+    'bench_gen_tokens_0': (('bench.py', '--gen_tokens=0'), ['gen_tokens=0', 'gen_tokens >= 1']),
+    'bench_repeats_0': (('bench.py', '--repeats=0'), ['repeats=0', 'repeats >= 1']),
+    'bench_phantom_ks_0': (('bench.py', '--phantom_ks=(1,0)'), ['phantom_ks=(1, 0)', 'kk >= 1']),
+    'train_eval_interval_0': (('train.py', '--eval_interval=0'), ['eval_interval=0', 'eval_interval >= 1']),
+    'train_log_interval_0': (('train.py', '--log_interval=0'), ['log_interval=0', 'log_interval >= 1']),
+    'train_eval_iters_0': (('train.py', '--eval_iters=0'), ['eval_iters=0', 'eval_iters >= 1']),
+    'train_batch_size_0': (('train.py', '--batch_size=0'), ['batch_size=0', 'batch_size >= 1']),
+    'train_batch_size_-4': (('train.py', '--batch_size=-4'), ['batch_size=-4', 'batch_size >= 1']),
+    'train_block_size_0': (('train.py', '--block_size=0'), ['block_size=0', 'block_size >= 1']),
+    'train_grad_accum_0': (('train.py', '--gradient_accumulation_steps=0'), ['gradient_accumulation_steps >= 1']),
+    'train_dropout_1.5': (('train.py', '--dropout=1.5'), ['dropout=1.5', '0 <= dropout < 1']),
+    'train_out_dir_empty': (('train.py', '--out_dir='), ["out_dir=''", "out_dir != ''"]),
+    'train_init_from': (('train.py', '--init_from=nope'), ["init_from='nope'", 'scratch', 'resume']),
+    'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
 }
 
 

@@ -279,6 +279,13 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'bench_exit_at': (None, ('bench.py', '--exit_at=maxprob', '--device=cpu'), ["exit_at='maxprob'", 'maxprob:0.9']),
     'bench_past_block_size': (None, ('bench.py', '--init_from=out', '--prompt=abc', '--device=cpu'),
                               ['3 + 256', 'block_size 32']),
+    'alpha_init_one': (None, ('train.py', *TINY, '--alpha_init=1.0'), ['alpha_init=1.0', '(0, 1)']),
+    'alpha_init_zero': (None, ('train.py', *TINY, '--alpha_init=0.0'), ['alpha_init=0.0', '(0, 1)']),
+    'n_head_zero': (None, ('train.py', *TINY, '--n_head=0'), ['n_head=0', '>= 1']),
+    'block_size_huge': (None, ('train.py', *TINY, '--block_size=100000000'), ['train.bin', 'block_size']),
+    'config_raises': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = 1 / 0\n'),
+                      ('train.py', 'mine.py'), ['mine.py', 'line 2', 'ZeroDivisionError']),
+    'config_is_a_folder': (None, ('train.py', 'data'), ["'data'", 'folder']),
 }
 
 
