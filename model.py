@@ -393,9 +393,9 @@ def load_checkpoint(path, device='cpu'):
         raise FileNotFoundError(f"no checkpoint at {path}{hint}") from None
     except ValueError as e:  # a config that the checkpoint should never have held
         raise ValueError(f"{path}: {e}") from None
-    except Exception as e:  # weights_only refused it, or it is no checkpoint at all
+    except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = "is truncated or not a nanoloop checkpoint"
-        if 'Weights only' in str(e):
+        if 'Unsupported global' in str(e):
             why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
         raise ValueError(f"{path} {why}") from None
     return model.to(device), ckpt
