@@ -138,6 +138,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'sample_n_loops_1.5': (('sample.py', '--n_loops=1.5'), ['n_loops=1.5', 'int, tuple']),
     'sample_n_loops_x': (('sample.py', '--n_loops=x'), ["n_loops='x'", 'int, tuple']),
     'eval_eval_iters_0': (('eval.py', '--eval_iters=0'), ['eval_iters=0', 'eval_iters >= 1']),
+    'eval_batch_size_0': (('eval.py', '--batch_size=0'), ['batch_size=0', 'batch_size >= 1']),
     'eval_max_docs_0': (('eval.py', '--max_docs=0'), ['max_docs=0', 'max_docs >= 1']),
     'eval_max_docs_-1': (('eval.py', '--max_docs=-1'), ['max_docs=-1', 'max_docs >= 1']),
     'eval_block_size_-5': (('eval.py', '--block_size=-5'), ['block_size=-5', 'block_size >= 0']),
