@@ -172,9 +172,10 @@ class Loop(nn.Module):
             yield z
 
     def per_token(self, z, k, stop, cache=None, segment=0):
-        """Per-token depth, the frozen-state protocol: after step i, stop(i, z, r) marks the tokens
-        that stop there (r: relative residuals). A stopped token's state is frozen; the others still
-        attend to it. -> z, and per token the steps it ran and the residual of its last one."""
+        """Per-token depth, the frozen-state protocol: after step i, stop(i, z, r, running)
+        marks the tokens that stop there (r: relative residuals). A stopped token's state is
+        frozen; the others still attend to it. -> z, and per token the steps it ran and the
+        residual of its last one."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
@@ -189,7 +190,7 @@ class Loop(nn.Module):
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
             depth = depth + running.long()
             resid = torch.where(running, r, resid)
-            running = running & ~stop(i, z, r)
+            running = running & ~stop(i, z, r, running)
         return z, depth, resid
 
 class Halting:
@@ -199,19 +200,17 @@ class Halting:
     The output is the weighted mean of its states; the ponder cost is N + R (N: the steps run)."""
     def __init__(self, gate, z, k, eps=0.01):
         self.gate, self.k, self.eps = gate, k, eps
-        self.running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # sum of h over the steps taken so far
         self.out = torch.zeros_like(z)  # the weighted mean of the states
         self.ponder = torch.zeros(z.shape[:2], device=z.device)
 
-    def __call__(self, i, z, r):
+    def __call__(self, i, z, r, running):
         h = torch.sigmoid(self.gate(z).float()).squeeze(-1)
-        halt = self.running & ((self.cum + h >= 1 - self.eps) | (i == self.k - 1))
-        p = torch.where(halt, 1 - self.cum, h) * self.running  # the weight of this step's state
+        halt = running & ((self.cum + h >= 1 - self.eps) | (i == self.k - 1))
+        p = torch.where(halt, 1 - self.cum, h) * running  # the weight of this step's state
         self.out = self.out + p[..., None].to(z.dtype) * z
         self.ponder = self.ponder + torch.where(halt, (i + 1) + (1 - self.cum), 0.0)
-        self.cum = self.cum + torch.where(halt, 0.0, h) * self.running
-        self.running = self.running & ~halt
+        self.cum = self.cum + torch.where(halt, 0.0, h) * running
         return halt
 
 @torch.no_grad()
@@ -295,7 +294,9 @@ class GPT(nn.Module):
                     z, z_prev = z_next, z
                     if targets is not None and i in self.config.supervise and i < total:
                         losses[i] = self.loss(self.readout(z), targets)  # multi-depth supervision
-                d, resid = k, relative_residual(z, z_prev)
+                d = k
+                if not torch.is_grad_enabled():  # the probe, for evaluation: training needs none
+                    resid = relative_residual(z, z_prev)
             depth, done = depth + d, done + k
         # the coda, final LN and head; then the loss
         logits = self.readout(z, cache)
@@ -325,8 +326,8 @@ class GPT(nn.Module):
         its readout's top probability reaches t; 'resid' once its relative residual is below t."""
         kind, t = exit
         if kind == 'resid':
-            return lambda i, z, r: r < t
-        def confident(i, z, r):
+            return lambda i, z, r, running: r < t
+        def confident(i, z, r, running):
             probs = self.readout(z, cache, (segment, i)).float().softmax(-1)
             return probs.amax(-1) >= t
         return confident

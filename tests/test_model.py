@@ -75,9 +75,9 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
     rule = Halting(seg.gate, z, k) if m.config.act else m.exit_rule(exit, seg_i)
 
-    def stop(i, s, r):
+    def stop(i, s, r, running):
         states.append(s.detach().clone())
-        return rule(i, s, r)
+        return rule(i, s, r, running)
     out, depth, resid = seg.per_token(z, k, stop)
     if m.config.act:
         return rule.out, depth, rule.ponder, resid, states
@@ -544,7 +544,7 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
         halting = Halting(seg.gate, z, 5)
-        _, depth, _ = seg.per_token(z, 5, lambda i, s, r: states.append(s.clone()) or halting(i, s, r))
+        _, depth, _ = seg.per_token(z, 5, lambda i, s, r, run: states.append(s.clone()) or halting(i, s, r, run))
         out, ponder = halting.out, halting.ponder
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
