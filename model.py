@@ -1,10 +1,7 @@
 """
-A tied-depth ("looped") GPT in one file. The sandwich:
-    emb + pos -> LN -> prelude -> [tied block A x k_A][B x k_B]... -> coda -> LN -> head
-Each tied segment (a Loop) applies ONE block k times with a learnable step size alpha:
-    z <- z + alpha * (block(z) - z)
-Read GPT.forward first, then Loop (step, forward: the phantom gradient, per_token: exits and ACT),
-then KVCache and generate.
+A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
+    emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
+Read GPT.forward first, then Loop (step, forward, per_token), then KVCache and generate.
 """
 import os
 import glob
@@ -32,26 +29,14 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False
 
-    def __post_init__(self):  # a bad config fails here, with one line saying what to change
+    def __post_init__(self):
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
-        total = sum(self.loops)
-        for key in ('block_size', 'vocab_size', 'n_embd', 'n_head'):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key}={getattr(self, key)} must be >= 1")
-        if not 0 < self.alpha_init < 1:
-            raise ValueError(f"alpha_init={self.alpha_init} must be in (0, 1): it is a sigmoid")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if any(k <= 0 for k in self.loops):
-            raise ValueError(f"loops={self.loops}: every tied segment needs at least 1 iteration")
-        if any(d <= 0 or d > total for d in self.supervise):
-            raise ValueError(f"supervise={self.supervise} needs depths in 1..{total}")
-        if self.act and self.phantom:
-            raise ValueError("act=True needs gradient through every step: set phantom=False")
-        if self.act and self.supervise:
-            raise ValueError("act=True and supervise both choose the depth: set supervise=()")
-        if self.phantom and self.phantom_steps < 1:
-            raise ValueError(f"phantom_steps={self.phantom_steps} must be >= 1")
+
+# the fields' valid values: train.py's configurator.py checks them before a model is built
+RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
+         'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
+         'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
+         'not (act and phantom)', 'not (act and supervise)']
 
 class KVCache:
     """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
@@ -142,9 +127,8 @@ class Loop(nn.Module):
         # (the study's bug: a logit of 0.1 gives alpha = sigmoid(0.1) = 0.525)
         self.alpha_logit = nn.Parameter(torch.tensor(math.log(c.alpha_init / (1 - c.alpha_init))))
         if c.act:
-            # the halting gate. Weight 0, bias -3: every token starts at h = sigmoid(-3) = 0.047 a
-            # step, far from halting, so tokens run to the maximum and the gate learns where to
-            # stop (a gate starting at h = 0.5 halts all after 2 steps: it never sees depth pay)
+            # the halting gate starts at h = sigmoid(-3) = 0.047 a step: tokens run to the maximum
+            # (a gate starting at h = 0.5 halts all after 2 steps: it never sees depth pay)
             self.gate = nn.Linear(c.n_embd, 1)
             nn.init.zeros_(self.gate.weight)
             nn.init.constant_(self.gate.bias, -3.0)
@@ -255,12 +239,10 @@ class GPT(nn.Module):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
         if n_loops is None:
             return self.config.loops
-        loops = (n_loops,) * len(self.segments) if isinstance(n_loops, int) else n_loops
-        if not isinstance(loops, (tuple, list)) or len(loops) != len(self.segments) or \
-                any(type(k) is not int or k <= 0 for k in loops):
-            raise ValueError(f"n_loops={n_loops} must be a positive int "
-                             f"or a tuple of {len(self.segments)} positive ints")
-        return tuple(loops)
+        loops = (n_loops,) * len(self.segments) if isinstance(n_loops, int) else tuple(n_loops)
+        if len(loops) != len(self.segments) or min(loops, default=1) < 1:
+            raise ValueError(f"n_loops={n_loops}: give one depth >= 1, or {len(self.segments)}")
+        return loops
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
         B, T = idx.shape
@@ -270,9 +252,8 @@ class GPT(nn.Module):
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than the model's "
                              f"block_size {self.config.block_size}")
-        if exit is not None and (self.config.act or exit[0] not in ('maxprob', 'resid')):
-            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t), "
-                             "on a model without the ACT gate")
+        if exit is not None and self.config.act:
+            raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
         # embed, then the prelude
         pos = torch.arange(start, start + T, device=idx.device)
         z = self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
@@ -327,6 +308,8 @@ class GPT(nn.Module):
         kind, t = exit
         if kind == 'resid':
             return lambda i, z, r, running: r < t
+        if kind != 'maxprob':
+            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t)")
         def confident(i, z, r, running):
             probs = self.readout(z, cache, (segment, i)).float().softmax(-1)
             return probs.amax(-1) >= t
@@ -343,10 +326,9 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True,
                  return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T); with return_depth, also the loop depth
-        spent on each. With the KV cache, each new token runs alone after the prompt; one that
-        stops early skips its remaining steps (KVCache.skip). Re-encoding (kv_cache=False) runs
-        a frozen state's steps instead, so with exits the two may differ; at a fixed depth never."""
+        """Sample max_new_tokens tokens after idx (B, T) (with return_depth: and the depth of each).
+        Re-encoding (kv_cache=False) runs a stopped token's skipped steps on its frozen state, so
+        with exits it may differ from the cache; at a fixed depth never."""
         block_size, cache, depths = self.config.block_size, None, []
         for _ in range(max_new_tokens):
             if cache is not None and idx.size(1) <= block_size:
@@ -392,8 +374,6 @@ def load_checkpoint(path, device='cpu'):
         if found:
             hint = f"; found {', '.join(found)}: add --out_dir={os.path.dirname(found[0])}"
         raise FileNotFoundError(f"no checkpoint at {path}{hint}") from None
-    except ValueError as e:  # a config that the checkpoint should never have held
-        raise ValueError(f"{path}: {e}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = "is truncated or not a nanoloop checkpoint"
         if 'Unsupported global' in str(e):

@@ -3,7 +3,7 @@ Train a tied-depth GPT. On one CPU or GPU:
 $ python train.py config/smoke.py
 With DDP on one machine (nccl on CUDA, gloo on CPU):
 $ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py
-Resume an interrupted run: add --init_from=resume (the architecture comes from the checkpoint).
+Resume an interrupted run: add --init_from=resume.
 """
 import os
 import sys
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, load_checkpoint
+from model import GPTConfig, GPT, RULES, load_checkpoint
 from prepare import load_meta, load_tokens
 
 # -----------------------------------------------------------------------------
@@ -56,13 +56,13 @@ dtype = ''    # '' = bfloat16 on CUDA, float32 on CPU (bf16 matmuls are very slo
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
-# the valid range of each key, checked by configurator.py (the model's own: by GPTConfig)
-_valid = ["out_dir != ''", "init_from in ('scratch', 'resume')", 'eval_interval >= 1',
-          'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
-          'batch_size >= 1', 'block_size >= 1', 'max_iters >= 0', 'learning_rate > 0',
-          'min_lr >= 0', 'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
-          'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-          '0 <= dropout < 1', 'halt_penalty >= 0', "dtype in ('', 'float32', 'bfloat16')"]
+# the valid range of each key and the model's RULES, checked by configurator.py
+_valid = RULES + ["out_dir != ''", "init_from in ('scratch', 'resume')", 'eval_interval >= 1',
+                  'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
+                  'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
+                  'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
+                  'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
+                  "dtype in ('', 'float32', 'bfloat16')"]
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -102,11 +102,11 @@ master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
 dtype = dtype or ('bfloat16' if device_type == 'cuda' else 'float32')
 ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
-torch.manual_seed(seed + rank)
+torch.manual_seed(seed)  # the initial weights
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
-# data: every rank draws the same global batch positions from one seeded generator and takes its
-# share, so N processes see exactly the batch one process would, and the stream can be resumed
+# data: every rank draws the same global batch positions and takes its share, so N processes
+# see exactly the batch one process would
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data = load_tokens(data_dir, 'train')
@@ -115,14 +115,13 @@ for name, data in (('train', train_data), ('val', val_data)):
     if len(data) <= block_size + 1:
         raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
                          f"{block_size + 1}: lower --block_size or prepare more data")
-gen = torch.Generator().manual_seed(seed)
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 
 # model
 iter_num, best_val_loss = 0, float('inf')
 if init_from == 'scratch':
     model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
-    gptconf = GPTConfig(**model_args, vocab_size=meta['vocab_size'])  # checks it: one line if bad
+    gptconf = GPTConfig(**model_args, vocab_size=meta['vocab_size'])
     if os.path.exists(ckpt_path) and not overwrite:  # never replace a run by accident
         raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
                          "or start over on purpose with --overwrite=True (or another --out_dir)")
@@ -145,12 +144,8 @@ if master:  # one run at a time in out_dir: a lock that the system drops when a 
                          "or pick another --out_dir") from None
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
-if init_from == 'resume':  # restore all a step depends on, so the resumed run is bitwise the same
+if init_from == 'resume':
     optimizer.load_state_dict(ckpt['optimizer'])
-    gen.set_state(ckpt['rng']['data'])
-    torch.set_rng_state(ckpt['rng']['ranks'][rank]['torch'])  # each rank's own dropout stream
-    if device_type == 'cuda' and 'cuda' in ckpt['rng']['ranks'][rank]:
-        torch.cuda.set_rng_state(ckpt['rng']['ranks'][rank]['cuda'])
     ckpt = None
 if compile:
     print("compiling the model... (takes a minute)")
@@ -168,16 +163,13 @@ def get_batch(data, ix):
 
 @torch.no_grad()
 def estimate_loss():
-    """Mean NLL at the final depth on fixed batches; their own generator leaves the training
-    stream untouched. Runs on rank 0 only, so on the raw model, not the DDP wrapper. A stop
-    request (Ctrl-C) cuts it short."""
-    out, g, t0 = {}, torch.Generator().manual_seed(seed + 1), time.time()
+    """Mean NLL at the final depth on the same batches each time. Runs on rank 0 only, so on the
+    raw model, not the DDP wrapper."""
+    out, g, t0 = {}, torch.Generator().manual_seed(seed), time.time()
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
         for i in range(eval_iters):
-            if stop:
-                break
             ix = torch.randint(len(data) - block_size, (batch_size,), generator=g)
             with ctx:
                 _, _, info = raw_model(*get_batch(data, ix))
@@ -185,7 +177,7 @@ def estimate_loss():
             if time.time() - t0 > 5:  # a long eval says how far it is, every 5 s
                 print(f"  eval {split}: {i + 1}/{eval_iters} batches", flush=True)
                 t0 = time.time()
-        out[split] = sum(losses) / max(len(losses), 1)
+        out[split] = sum(losses) / len(losses)
     raw_model.train()
     return out
 
@@ -197,39 +189,25 @@ def get_lr(it):  # linear warmup, then cosine decay to min_lr
     ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
-def sample_depths():
+def sample_depths(gen):
     """Huginn's log-normal Poisson: per segment k ~ 1 + Poisson(mean * exp(N(-s^2/2, s))), s = 0.5,
-    capped at 2 * mean, so every depth is trained. Drawn from the data generator: it resumes."""
+    capped at 2 * mean, so every depth is trained."""
     noise = [math.exp(0.5 * torch.randn((), generator=gen).item() - 0.125) for _ in gptconf.loops]
     rates = [k * n for k, n in zip(gptconf.loops, noise)]
     draws = torch.poisson(torch.tensor(rates), generator=gen)
     return tuple(min(2 * k, 1 + int(d)) for k, d in zip(gptconf.loops, draws))
 
-def rank_rng_states():
-    """Every rank's own random state (dropout), gathered on each rank for the checkpoint."""
-    state = {'torch': torch.get_rng_state()}
-    if device_type == 'cuda':
-        state['cuda'] = torch.cuda.get_rng_state()
-    states = [state] * world
-    if ddp:
-        dist.all_gather_object(states, state)
-    return states
-
-def save_checkpoint(rank_states):
-    if not all(torch.isfinite(p).all() for p in raw_model.parameters()):
-        print(f"not saving: the weights are not finite after iter {iter_num}; "
-              f"{ckpt_path} keeps the last good state")
-        return
+def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
-                config=config, meta=meta, rng={'data': gen.get_state(), 'ranks': rank_states})
+                config=config, meta=meta)
     torch.save(ckpt, ckpt_path + '.tmp')  # write, then rename: a crash never leaves half a ckpt.pt
     os.replace(ckpt_path + '.tmp', ckpt_path)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
 def request_stop(signum, frame):
-    """Ctrl-C / SIGTERM: finish the step in flight (or cut an eval short), save, exit. A second
-    one stops at once: the checkpoint is written to a .tmp file and renamed, so it stays whole."""
+    """Ctrl-C / SIGTERM: finish the step in flight, save, exit. A second one stops at once: the
+    checkpoint is written to a .tmp file and renamed, so it stays whole."""
     if stop:
         raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
     stop.append(signum)
@@ -279,7 +257,10 @@ while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
         group['lr'] = lr
-    n_loops = sample_depths() if random_depth else None
+    # a step's randomness depends on (seed, iter_num, rank) only: a resumed run is bitwise the same
+    gen = torch.Generator().manual_seed(seed + 1 + iter_num)  # batch and depth: alike on all ranks
+    torch.manual_seed(seed + 1 + iter_num + (rank << 32))  # dropout: each rank its own
+    n_loops = sample_depths(gen) if random_depth else None
     # the global batch: gradient_accumulation_steps * world rows of positions; this rank's share
     ix = torch.randint(len(train_data) - block_size, (gradient_accumulation_steps * world,
                                                       batch_size), generator=gen)
@@ -311,26 +292,16 @@ while iter_num < max_iters:
         steps = log_interval if iter_num > 1 else 1
         dt, t0 = (time.time() - t0) / steps, time.time()
         print(log_line(lossf, info, n_loops, lr, dt))
-    if iter_num % eval_interval == 0 or iter_num == max_iters or stopping:
-        rank_states = rank_rng_states()  # on every rank: each resumes its own random stream
-        if master and not stopping:
-            losses = estimate_loss()
-            if stop:  # Ctrl-C during the eval: cut short; save below and end
-                print(f"iter {iter_num}: eval cut short by the stop request")
-            else:
-                print(f"iter {iter_num}: train loss {losses['train']:.4f}, "
-                      f"val loss {losses['val']:.4f}")
-        if master and (stopping or stop):
-            save_checkpoint(rank_states)
-        elif master and not math.isfinite(losses['val']):  # diverged: the next check stops all
+    if master and stopping:
+        save_checkpoint()
+    elif master and (iter_num % eval_interval == 0 or iter_num == max_iters):
+        losses = estimate_loss()
+        print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        if not math.isfinite(losses['val']):  # diverged: the next step's check stops every rank
             print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
-        elif master and (losses['val'] < best_val_loss or always_save_checkpoint):
+        elif losses['val'] < best_val_loss or always_save_checkpoint:
             best_val_loss = min(best_val_loss, losses['val'])
-            save_checkpoint(rank_states)
-        flag = torch.tensor(float(stopping or bool(stop)), device=device)
-        if ddp:  # a stop asked for during rank 0's eval ends every rank here, without another step
-            dist.all_reduce(flag)
-        stopping = flag.item() > 0
+            save_checkpoint()
         t0 = time.time()
     if stopping:
         if master:

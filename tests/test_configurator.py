@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 
 import eval as ev
-from model import GPTConfig
+from model import parse_exit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,8 +27,8 @@ def report(fail, capsys):
 
 
 def test_bad_input_raised_on_purpose_is_one_line(capsys):
-    err = report(lambda: GPTConfig(n_embd=10, n_head=3), capsys)
-    assert err == "error: n_embd=10 is not divisible by n_head=3\n"
+    err = report(lambda: parse_exit('entropy:0.5'), capsys)
+    assert err == "error: exit_at='entropy:0.5': write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', e.g. 'maxprob:0.9'\n"
 
 
 def test_an_accidental_value_error_keeps_its_traceback(capsys):
