@@ -3,6 +3,8 @@ Evaluate a tied-depth checkpoint: the paper's suffix NLL (masked and unmasked, w
 fraction), NLL against loop depth, post-hoc early exit against uniform depth, loop depth per topic,
 the residual-norm probe and the alphas. Prints a report and writes out_dir/eval.json:
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
+Several checkpoints on the same documents, ranked by masked and by unmasked suffix NLL:
+$ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
 """
 import os, json, math, time, html as html_lib
 from contextlib import nullcontext
@@ -14,6 +16,8 @@ from prepare import data_error, get_tokenizer, load_meta, load_tokens, read_eval
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
+dataset = ''            # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
+table = 'eval_table.json'  # with several out_dirs (a,b,c): their ranking, written here
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
 batch_size = 8
 eval_iters = 10         # val batches for the depth scan and the early-exit curve
@@ -194,10 +198,8 @@ def print_report(r):
           f"{fmt(r['residual_probe_r'])}\nalphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
-if __name__ == '__main__':
-    exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
-    ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
+def evaluate(out_dir):
+    """-> the report of one checkpoint; prints it, writes out_dir/eval.json (and the html)."""
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
     c, T = model.config, block_size or model.config.block_size
@@ -209,7 +211,9 @@ if __name__ == '__main__':
                          f"1..{T - 1}, or 0 for the default")
     # the paper scores targets 193..255 of 256; the report says which ones were scored
     start = suffix_start or min(max(round(193 * T / 256), 1), T - 1)
-    data_dir = os.path.join('data', ckpt['config']['dataset'])
+    byte = '_byte' if ckpt['config']['dataset'].endswith('_byte') else ''  # the model's tokenizer
+    name = dataset.removesuffix('_byte') + byte if dataset else ckpt['config']['dataset']
+    data_dir = os.path.join('data', name)
     meta = load_meta(data_dir)
     if meta['vocab_size'] != c.vocab_size:
         raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
@@ -221,7 +225,9 @@ if __name__ == '__main__':
     docs = [d for t in topics for d in [d for d in docs if d['topic'] == t][:max_docs]]
     if not docs:
         raise data_error(path, f"has no usable documents ({n_bad} malformed lines)")
-    tokens = [encode(d['text']) for d in docs]
+    # an SFT sample is its prompt, EOT, its answer (and pack_docs adds EOT, padding)
+    tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
+              for d in docs]
     x, real = pack_docs(tokens, eot, T)
     # at the trained depth: suffix NLL, topic NLL, the residual probe (and the ACT gate's depth)
     nll, depth, resid = score(model, x)
@@ -236,10 +242,34 @@ if __name__ == '__main__':
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=residual_probe(nll, resid, real), alphas=model.alphas(),
                   depth_source=source, block_size=T, suffix_start=start, eval_docs=len(docs),
-                  skipped_lines=n_bad)
+                  skipped_lines=n_bad, docs=path)
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
     if html:
         write_html(html, docs, tokens, depth, decode, report)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
+    return report
+
+def rank(reports):
+    """Several models on the same documents: masked and unmasked suffix NLL, each with its rank.
+    Ranked by the number that counts padding, a board can come out in another order."""
+    rows = [dict(model=d, **r['suffix_nll'], docs=r['docs']) for d, r in reports.items()]
+    for key in ('masked', 'unmasked'):
+        ranked = sorted(rows, key=lambda row: (row[key] is None, row[key]))  # None: no real token
+        for i, row in enumerate(ranked):
+            row[f'rank_{key}'] = i + 1
+    print_rows("models, ranked by suffix NLL (masked: real tokens; unmasked: with padding)", rows)
+    if any(row['rank_masked'] != row['rank_unmasked'] for row in rows):
+        print("  the two rankings disagree: rank by masked (padding is not language)")
+    with open(table, 'w') as f:
+        json.dump(rows, f, indent=2)
+    print(f"wrote {table}")
+
+if __name__ == '__main__':
+    exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+    topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
+    ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
+    reports = {d: evaluate(d) for d in out_dir.split(',')}
+    if len(reports) > 1:
+        rank(reports)

@@ -1,22 +1,25 @@
 """Download (with requests) and tokenize a dataset into data/<dataset>/ (GPT-2 tokens) or
-data/<dataset>_byte/ (--tokenizer=byte): train.bin, val.bin (token ids, EOT between documents),
-meta.json and eval.jsonl (held-out documents). Other scripts import its tokenizers and readers.
+data/<dataset>_byte/ (--tokenizer=byte): train.bin, val.bin (token ids, EOT between documents;
+sft: rows of block_size tokens), meta.json and eval.jsonl (held-out documents or samples).
+Other scripts import its tokenizers and readers.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
-$ python prepare.py --dataset=fineweb --shards=4"""
-import csv, gzip, html, json, os, pathlib, random, re, zipfile
+$ python prepare.py --dataset=fineweb --shards=4
+$ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
+import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
 from contextlib import contextmanager
 import numpy as np
 
-dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare' or 'fineweb'
+dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare', 'fineweb', 'sft'
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, needs no vocabulary files)
 shards = 4  # fineweb: train shards of 100M tokens (4 cover the paper's 325M-token schedule)
 mirror = ''  # a folder laid out as <host>/<path> (e.g. ../shared/data), read instead of the network
 base_url = 'https://raw.githubusercontent.com'  # the topic sources download from base_url/<path>
 hf_url = 'https://huggingface.co'  # the fineweb shards download from hf_url/<path>
 eval_docs = 200  # documents held out per topic for eval.jsonl
+block_size = 256  # sft: the tokens of a sample's row
 seed = 1337
 data_root = 'data'
-_valid = ['eval_docs >= 1', 'shards >= 1']  # configurator.py checks them
+_valid = ['eval_docs >= 1', 'shards >= 1', 'block_size >= 2']  # configurator.py checks them
 
 HOST = 'raw.githubusercontent.com'  # the topic sources' host: mirror/HOST/<path>
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
@@ -51,13 +54,14 @@ def data_error(path, why, kind=ValueError):  # -> the error: the file, what is w
                 f"{name.removesuffix('_byte')} --tokenizer="
                 f"{'byte' if name.endswith('_byte') else 'gpt2'}{extra}")
 
-def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot and dtype
+def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
     path = os.path.join(data_dir, 'meta.json')
     if not os.path.isfile(path):
         raise data_error(path, 'not found', FileNotFoundError)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.loads(pathlib.Path(path).read_bytes())
-        return {k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')}
+        return {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
+                'row': meta.get('row', 0)}
     except (ValueError, TypeError, KeyError) as e:
         why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
         raise data_error(path, why) from None
@@ -72,7 +76,7 @@ def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from d
         raise data_error(path, f"holds token id {top} >= vocab_size {meta['vocab_size']}")
     return tokens
 
-def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"} dicts, n bad lines
+def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
     if not os.path.isfile(path):
         raise data_error(path, 'not found', FileNotFoundError)
     with open(path, 'rb') as f:  # bytes: a line that is not UTF-8 is malformed too
@@ -127,14 +131,17 @@ def jsonl(path):
 def blank_line_separated(path):  # a sonnet, or a speech of the play
     return [d.strip() for d in re.split(r'\n\s*\n', read(path))]
 
-def code_docs():  # CodeAlpaca: the task, its input if any, the answer; HumanEval: prompt + solution
+def code_pairs():  # CodeAlpaca: (the task and its input if any, the answer)
     tasks = [[r['instruction'], r['input'], r['output']] for r in json.loads(read(CODEALPACA))]
-    docs = ['\n'.join(part for part in task if part.strip()) for task in tasks]
+    return [('\n'.join(part for part in task[:2] if part.strip()), task[2]) for task in tasks]
+def code_docs():  # CodeAlpaca's pairs as documents; HumanEval: prompt + solution
+    docs = ['\n'.join(part for part in pair if part.strip()) for pair in code_pairs()]
     return docs + [r['prompt'] + r['canonical_solution'] for r in jsonl(HUMANEVAL)]
 
-def math_docs():  # GSM8K: the question, then the worked answer ending in '#### N'
-    rows = jsonl(GSM8K % 'train') + jsonl(GSM8K % 'test')
-    return [r['question'] + '\n' + r['answer'] for r in rows]
+def math_pairs():  # GSM8K: (the question, the worked answer ending in '#### N')
+    return [(r['question'], r['answer']) for r in jsonl(GSM8K % 'train') + jsonl(GSM8K % 'test')]
+def math_docs():
+    return [question + '\n' + answer for question, answer in math_pairs()]
 
 def dialogue_docs():  # DailyDialog: a dialogue a line, turns split by __eou__ -> a turn a line
     docs = []
@@ -149,6 +156,9 @@ def detokenize(turn):  # DailyDialog is space-tokenised; undo the commonest case
         turn = turn.replace(spaced, spaced.strip())
     return turn.strip()
 
+def dialogue_pairs():  # (a turn, the next turn)
+    return [pair for d in dialogue_docs() for pair in itertools.pairwise(d.split('\n'))]
+
 def news_docs():  # AG News CSV rows: class, title, description
     with open(fetch(AGNEWS), encoding='utf-8', newline='') as f:
         return [unescape(title) + '\n' + unescape(desc) for _, title, desc in csv.reader(f)]
@@ -157,12 +167,13 @@ def unescape(s):  # AG News writes a line break as '\' and '$' as '#36;' ('&#36;
 
 DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPEARE)},
             'topics': {'code': code_docs, 'math': math_docs, 'dialogue': dialogue_docs,
-                       'news': news_docs, 'poetry': lambda: blank_line_separated(SONNETS)}}
+                       'news': news_docs, 'poetry': lambda: blank_line_separated(SONNETS)},
+            'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
-def held_and_kept(name):  # -> (held (topic, text) pairs for eval.jsonl, kept texts in order)
-    held, kept = [], []
+def held_and_kept(name):  # -> (held (topic, doc) for eval.jsonl, kept docs in order)
+    held, kept = [], []  # a doc: a text, or (prompt, answer) for sft
     for topic, source in DATASETS[name].items():
-        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # once each: none in both
+        docs = list(dict.fromkeys(d for d in source() if ''.join(d).strip()))  # once: none in both
         n_held = min(eval_docs, len(docs) // 2)  # at random, but the same on every run
         out = set(random.Random(f'{seed}:{topic}').sample(range(len(docs)), n_held))
         held += [(topic, d) for i, d in enumerate(docs) if i in out]
@@ -196,12 +207,31 @@ def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token coun
                          f"magic 20240520, version 1, token count), file size {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
+def sft():  # -> (eot, held, train, val): one array of rows: prompt, EOT, answer, EOT, EOT padding
+    encode, _, eot = get_tokenizer(tokenizer)
+    held, kept = held_and_kept('sft')
+    random.Random(seed).shuffle(kept)
+    samples = [encode(prompt) + [eot] + encode(answer) + [eot] for prompt, answer in kept]
+    rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
+    print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
+          f"block_size={block_size}")
+    rows = np.array(rows, 'uint16' if eot < 2**16 else 'uint32').reshape(-1, block_size)
+    n = min(int(0.9 * len(rows)), len(rows) - 1)  # 90% of the rows train
+    if n < 1:
+        raise ValueError(f"only {len(rows)} samples fit in block_size={block_size}: raise it")
+    held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
+            if len(encode(prompt)) + len(encode(answer)) + 2 <= block_size]  # the ones that fit
+    return eot, held, [rows[:n]], [rows[n:]]
+
 def main():
-    if dataset not in ['topics', 'shakespeare', 'fineweb']:
-        raise ValueError(f"unknown dataset '{dataset}': choose topics, shakespeare or fineweb")
-    eot, held, train, val = fineweb() if dataset == 'fineweb' else documents()
+    if dataset not in DATASETS and dataset != 'fineweb':
+        raise ValueError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
+    eot, held, train, val = {'fineweb': fineweb, 'sft': sft}.get(dataset, documents)()
     meta = {'tokenizer': tokenizer, 'vocab_size': eot + 1, 'eot': eot, 'dtype': str(val[0].dtype)}
-    lines = [json.dumps({'topic': t, 'text': d}, ensure_ascii=False) + '\n' for t, d in held]
+    if dataset == 'sft':  # training draws whole rows
+        meta['row'] = block_size
+    docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
+    lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
     files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
              'meta.json': [json.dumps(meta, indent=2).encode()]}  # last: it means complete
     out_dir = os.path.join(data_root, dataset + ('_byte' if tokenizer == 'byte' else ''))

@@ -1,6 +1,9 @@
 """
 Sample from a trained tied-depth model, optionally at another depth or showing each token's depth:
 $ python sample.py --out_dir=out-smoke --start="ROMEO:" --n_loops=8 --show_depth=True
+Several models side by side, from the same prompt, seed and settings:
+$ python sample.py --out_dir=out-cpu-single,out-cpu-sft --max_new_tokens=100
+(the study's settings: --top_k=50 --top_p=0.9 --repetition_penalty=1.2 --temperature=1.0)
 """
 import os
 import pathlib
@@ -11,7 +14,7 @@ import torch
 from model import load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
-out_dir = 'out'
+out_dir = 'out'  # or several: out-a,out-b
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
 num_samples = 3
 max_new_tokens = 200
@@ -33,14 +36,6 @@ exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator
 
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
 ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
-torch.manual_seed(seed)
-model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-model.eval()
-if block_size > model.config.block_size:
-    raise ValueError(f"block_size={block_size} is larger than the model's "
-                     f"{model.config.block_size}: use at most that")
-model.config.block_size = block_size or model.config.block_size  # generate() crops the context
-encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
 if start.startswith('FILE:'):
     path = start[5:]
     if not os.path.isfile(path):
@@ -50,40 +45,57 @@ if start.startswith('FILE:'):
         start = pathlib.Path(path).read_text(encoding='utf-8')
     except UnicodeDecodeError as e:
         raise ValueError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
-ids = encode(start)
-if not ids:
-    raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' "
-                     "or --start=FILE:prompt.txt")
-if len(ids) > model.config.block_size:  # the model sees at most block_size tokens
-    print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
-          "(block_size)", file=sys.stderr)
-x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
 exit_policy = parse_exit(exit_at) if exit_at else None
-max_depth = sum(model.depths(n_loops))
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
-def paint(text, depth):
+def paint(text, depth, max_depth):
     """The seed's depth map in a terminal: a background from blue (1 loop) to red (the maximum)."""
     colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
-if show_depth:
-    shown = sorted({1, (1 + max_depth) // 2, max_depth})
-    print("loop depth: " + " ".join(paint(f" {d} ", d) for d in shown))
-with torch.no_grad(), ctx:
-    for _ in range(num_samples):
-        t0 = time.perf_counter()
-        y, depth = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k or None,
-                                  top_p=top_p, repetition_penalty=repetition_penalty,
-                                  n_loops=n_loops, exit=exit_policy, return_depth=True)
-        new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
-        speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
-        if exit_policy or model.config.act:  # what adaptive depth spent per token, of the maximum
-            speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
-        print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
-        if show_depth:
-            body = "".join(paint(decode([t]), d) for t, d in zip(new, depth[0].tolist()))
-        else:
-            body = decode(new)
-        print(decode(x[0].tolist()) + body)
-        print('---------------')
+def sample(out_dir):
+    """num_samples samples of one model, each printed after the prompt."""
+    torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
+    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
+    model.eval()
+    if block_size > model.config.block_size:
+        raise ValueError(f"block_size={block_size} is larger than the model's "
+                         f"{model.config.block_size}: use at most that")
+    model.config.block_size = block_size or model.config.block_size  # generate() crops the context
+    encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
+    ids = encode(start)
+    if not ids:
+        raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' "
+                         "or --start=FILE:prompt.txt")
+    if len(ids) > model.config.block_size:  # the model sees at most block_size tokens
+        print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
+              "(block_size)", file=sys.stderr)
+    x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
+    max_depth = sum(model.depths(n_loops))
+    if show_depth:
+        shown = sorted({1, (1 + max_depth) // 2, max_depth})
+        print("loop depth: " + " ".join(paint(f" {d} ", d, max_depth) for d in shown))
+    with torch.no_grad(), ctx:
+        for _ in range(num_samples):
+            t0 = time.perf_counter()
+            y, depth = model.generate(x, max_new_tokens, temperature=temperature,
+                                      top_k=top_k or None, top_p=top_p,
+                                      repetition_penalty=repetition_penalty, n_loops=n_loops,
+                                      exit=exit_policy, return_depth=True)
+            new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
+            speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
+            if exit_policy or model.config.act:  # what adaptive depth spent, of the maximum
+                speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
+            print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
+            if show_depth:
+                body = "".join(paint(decode([t]), d, max_depth)
+                               for t, d in zip(new, depth[0].tolist()))
+            else:
+                body = decode(new)
+            print(decode(x[0].tolist()) + body)
+            print('---------------')
+
+for name in out_dir.split(','):  # several models: one after another, each under its name
+    if ',' in out_dir:
+        print(f"=== {name} ===")
+    sample(name)

@@ -3,7 +3,8 @@ Train a tied-depth GPT. On one CPU or GPU:
 $ python train.py config/smoke.py
 With DDP on one machine (nccl on CUDA, gloo on CPU):
 $ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py
-Resume an interrupted run: add --init_from=resume.
+Resume an interrupted run: add --init_from=resume. Fine-tune a trained run on SFT rows:
+$ python train.py config/cpu_sft.py  (init_from=<its out_dir>: weights only, from iter 0)
 """
 import os
 import sys
@@ -29,11 +30,12 @@ log_interval = 10
 eval_iters = 20
 eval_only = False
 always_save_checkpoint = True
-init_from = 'scratch'  # 'scratch' or 'resume'
+init_from = 'scratch'  # 'scratch', 'resume', or an out_dir to fine-tune (SFT data)
 dataset = 'topics'
 # the model: every GPTConfig field is a key too, with GPTConfig's defaults (n_embd, loops,
 # phantom, supervise, act, ...), except vocab_size, which comes from the dataset's meta.json
 globals().update({k: v for k, v in asdict(GPTConfig()).items() if k != 'vocab_size'})
+sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
 random_depth = False  # Huginn-style: each step trains at depths drawn around `loops`
 gradient_accumulation_steps = 1  # global: divided among DDP processes
 batch_size = 32
@@ -57,7 +59,8 @@ compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
 # the valid range of each key and the model's RULES, checked by configurator.py
-_valid = RULES + ["out_dir != ''", "init_from in ('scratch', 'resume')", 'eval_interval >= 1',
+_valid = RULES + ["out_dir != ''", 'eval_interval >= 1',
+                  "init_from in ('scratch', 'resume') or os.path.isfile(init_from + '/ckpt.pt')",
                   'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
                   'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                   'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
@@ -82,7 +85,6 @@ if init_from == 'resume':  # the run's own settings, but for the ones given now 
                              f"{value!r}, which resuming cannot change; train a new --out_dir")
         if key not in _overridden and key in config_keys and key not in RUN_ONLY:
             globals()[key] = value
-config = {k: globals()[k] for k in config_keys}
 # -----------------------------------------------------------------------------
 
 ddp = int(os.environ.get('RANK', -1)) != -1  # started by torchrun?
@@ -111,29 +113,45 @@ data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data = load_tokens(data_dir, 'train')
 val_data = load_tokens(data_dir, 'val')
+if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
+    block_size = meta['row'] - 1
+    train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
 for name, data in (('train', train_data), ('val', val_data)):
-    if len(data) <= block_size + 1:
+    if data.ndim == 1 and len(data) <= block_size + 1:
         raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
                          f"{block_size + 1}: lower --block_size or prepare more data")
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 
-# model
+# model: a new one, the run's own (resume), or a trained run's weights to fine-tune from iter 0
 iter_num, best_val_loss = 0, float('inf')
+if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
+    raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
+                     "or start over on purpose with --overwrite=True (or another --out_dir)")
 if init_from == 'scratch':
     model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
     gptconf = GPTConfig(**model_args, vocab_size=meta['vocab_size'])
-    if os.path.exists(ckpt_path) and not overwrite:  # never replace a run by accident
-        raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
-                         "or start over on purpose with --overwrite=True (or another --out_dir)")
     model = GPT(gptconf)
 else:
-    print(f"resuming from {ckpt_path}")
+    if init_from == 'resume':
+        print(f"resuming from {ckpt_path}")
+    else:  # fine-tuning: the weights and architecture only
+        model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'))
+        print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
+        arch = asdict(model.config)
+        del arch['vocab_size'], arch['block_size']  # (keys of the data)
+        globals().update(arch)  # so the run's saved config shows the model's architecture
     gptconf = model.config
-    if gptconf.vocab_size != meta['vocab_size']:
-        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
-                         f"checkpoint has {gptconf.vocab_size}: the run trained on "
-                         f"--dataset={ckpt['config']['dataset']}; re-run prepare.py for it")
-    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+    if (ckpt['meta']['tokenizer'], gptconf.vocab_size) != (meta['tokenizer'], meta['vocab_size']):
+        raise ValueError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
+                         f"{meta['vocab_size']}, but the run trained on --dataset="
+                         f"{ckpt['config']['dataset']} ({ckpt['meta']['tokenizer']}, vocab_size "
+                         f"{gptconf.vocab_size}): prepare the data with the run's tokenizer")
+    if block_size > gptconf.block_size:
+        raise ValueError(f"block_size={block_size} is larger than the model's "
+                         f"{gptconf.block_size}: lower it (SFT data: prepare rows of at most "
+                         f"{gptconf.block_size + 1} tokens)")
+    if init_from == 'resume':
+        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
 if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
     os.makedirs(out_dir, exist_ok=True)
     lock = open(os.path.join(out_dir, 'train.lock'), 'w')
@@ -146,20 +164,37 @@ raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':
     optimizer.load_state_dict(ckpt['optimizer'])
-    ckpt = None
+ckpt = None
 if compile:
     print("compiling the model... (takes a minute)")
     model = torch.compile(model)
 if ddp:
     model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == 'cuda' else None)
 
+def draw(data, shape, g):  # random rows: their start positions in the token stream, or SFT rows
+    return torch.randint(len(data) - (block_size if data.ndim == 1 else 0), shape, generator=g)
+
 def get_batch(data, ix):
-    """Rows of block_size + 1 tokens from positions ix: the inputs, and the same shifted by one."""
-    rows = [torch.from_numpy(data[i:i + block_size + 1].astype(np.int64)) for i in ix.tolist()]
-    xy = torch.stack(rows)
+    """Rows of block_size + 1 tokens at ix -> the inputs, and the targets (the next tokens)."""
+    if data.ndim == 1:  # a token stream: ix are start positions
+        rows = [torch.from_numpy(data[i:i + block_size + 1].astype(np.int64)) for i in ix.tolist()]
+        xy = torch.stack(rows)
+        x, y = xy[:, :-1], xy[:, 1:]
+    else:  # SFT: ix are rows
+        xy = torch.from_numpy(data[ix.numpy()].astype(np.int64))
+        x, y = xy[:, :-1], sft_targets(xy)
     if device_type == 'cuda':
-        xy = xy.pin_memory().to(device, non_blocking=True)
-    return xy[:, :-1], xy[:, 1:]
+        x, y = (t.pin_memory().to(device, non_blocking=True) for t in (x, y))
+    return x, y
+
+def sft_targets(rows):
+    """An SFT row is prompt, EOT, answer, EOT, EOT padding. The prompt is context only: its
+    targets (and the first EOT) are ignored (-1); the answer's and its EOT count; the pad's if
+    sft_pad."""
+    eots = (rows == meta['eot']).long()
+    before = (eots.cumsum(1) - eots)[:, 1:]  # EOTs before each target: 0 prompt, 1 answer, 2+ pad
+    ignored = (before == 0) | ((before >= 2) & (not sft_pad))
+    return rows[:, 1:].masked_fill(ignored, -1)
 
 @torch.no_grad()
 def estimate_loss():
@@ -170,7 +205,7 @@ def estimate_loss():
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
         for i in range(eval_iters):
-            ix = torch.randint(len(data) - block_size, (batch_size,), generator=g)
+            ix = draw(data, (batch_size,), g)
             with ctx:
                 _, _, info = raw_model(*get_batch(data, ix))
             losses.append(info['losses'][max(info['losses'])].item())
@@ -200,7 +235,7 @@ def sample_depths(gen):
 def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
-                config=config, meta=meta)
+                config={k: globals()[k] for k in config_keys}, meta=meta)
     torch.save(ckpt, ckpt_path + '.tmp')  # write, then rename: a crash never leaves half a ckpt.pt
     os.replace(ckpt_path + '.tmp', ckpt_path)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
@@ -234,10 +269,10 @@ if master:
     distinct, unrolled = raw_model.num_params()
     print(f"parameters: {distinct / 1e6:.2f}M distinct, {unrolled / 1e6:.2f}M effective "
           f"(tied blocks unrolled {gptconf.loops})")
-    epochs = max_iters * tokens_per_iter / len(train_data)
+    epochs = max_iters * tokens_per_iter / train_data.size
     if epochs > 1:  # a schedule that repeats the data overfits it: see README Configs
         print(f"warning: {max_iters} iterations of {tokens_per_iter:,} tokens make {epochs:.1f} "
-              f"epochs over {data_dir}/train.bin ({len(train_data):,} tokens)")
+              f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens)")
 stop = []  # Ctrl-C / SIGTERM only ask to stop (request_stop)
 if eval_only:
     if master:
@@ -262,8 +297,7 @@ while iter_num < max_iters:
     torch.manual_seed(seed + 1 + iter_num + (rank << 32))  # dropout: each rank its own
     n_loops = sample_depths(gen) if random_depth else None
     # the global batch: gradient_accumulation_steps * world rows of positions; this rank's share
-    ix = torch.randint(len(train_data) - block_size, (gradient_accumulation_steps * world,
-                                                      batch_size), generator=gen)
+    ix = draw(train_data, (gradient_accumulation_steps * world, batch_size), gen)
     my_rows = ix[rank * gradient_accumulation_steps:(rank + 1) * gradient_accumulation_steps]
     loss_sum = torch.zeros((), device=device)
     for micro_step, rows in enumerate(my_rows):

@@ -159,7 +159,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_eval_iters_0': (('train.py', '--eval_iters=0'), ['eval_iters=0', 'eval_iters >= 1']),
     'train_batch_size_0': (('train.py', '--batch_size=0'), ['batch_size=0', 'batch_size >= 1']),
     'train_batch_size_-4': (('train.py', '--batch_size=-4'), ['batch_size=-4', 'batch_size >= 1']),
-    'train_block_size_0': (('train.py', '--block_size=0'), ['block_size=0', 'block_size >= 1']),
+    'train_block_size_0': (('train.py', '--block_size=0'), ['block_size=0', 'min(block_size, n_embd, n_head) >= 1']),
     'train_grad_accum_0': (('train.py', '--gradient_accumulation_steps=0'), ['gradient_accumulation_steps >= 1']),
     'train_dropout_1.5': (('train.py', '--dropout=1.5'), ['dropout=1.5', '0 <= dropout < 1']),
     'train_out_dir_empty': (('train.py', '--out_dir='), ["out_dir=''", "out_dir != ''"]),

@@ -181,7 +181,7 @@ def test_topics_end_to_end_over_http(sources, server, tmp_path):
             '--eval_docs=2')
     assert r.returncode == 0, r.stderr
     meta, held, trained = read_outputs(root / 'topics_byte')
-    assert meta == {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16'}
+    assert meta == {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16', 'row': 0}
     assert Counter(d['topic'] for d in held) == {t: 2 for t in EXPECTED}
     assert all(d['text'] in EXPECTED[d['topic']] for d in held)
     everything = [d for docs in EXPECTED.values() for d in docs]
@@ -276,7 +276,7 @@ def test_fineweb_over_http_token_for_token(sources, server, hf_server, tmp_path)
     assert r.returncode == 0, r.stderr
     out = str(root / 'fineweb')
     assert prepare.load_meta(out) == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256,
-                                      'dtype': 'uint16'}
+                                      'dtype': 'uint16', 'row': 0}
     train, val = prepare.load_tokens(out, 'train'), prepare.load_tokens(out, 'val')
     assert isinstance(train, np.memmap) and train.dtype == np.uint16
     assert train.tolist() == SHARDS['train', 1].tolist() + SHARDS['train', 2].tolist()  # no headers
