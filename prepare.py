@@ -89,6 +89,15 @@ def doc_or_none(line):  # not UTF-8, not JSON (ValueError), not {"topic": str, "
     except (ValueError, KeyError, TypeError):
         return None
 
+def sft_targets(rows, eot, pad=True):
+    """The targets of SFT rows (B, T + 1): prompt, EOT, answer, EOT, EOT padding. The prompt is
+    context only: its targets (and the first EOT) are -1, ignored by the loss; the answer's and its
+    EOT count; the padding's only with pad (the study's "grid" SFT trains them)."""
+    eots = (rows == eot).long()
+    before = (eots.cumsum(1) - eots)[:, 1:]  # EOTs before each target: 0 prompt, 1 answer, 2+ pad
+    ignored = (before == 0) | ((before >= 2) & (not pad))
+    return rows[:, 1:].masked_fill(ignored, -1)
+
 @contextmanager
 def created(path):  # writes go to path.tmp, renamed once complete: never a half-written file
     os.makedirs(os.path.dirname(path), exist_ok=True)

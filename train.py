@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT, RULES, load_checkpoint
-from prepare import load_meta, load_tokens
+from prepare import load_meta, load_tokens, sft_targets
 
 # -----------------------------------------------------------------------------
 # default config: the paper's 7M single-depth sandwich (v3) on the topics data
@@ -60,7 +60,6 @@ seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
 # the valid range of each key and the model's RULES, checked by configurator.py
 _valid = RULES + ["out_dir != ''", 'eval_interval >= 1',
-                  "init_from in ('scratch', 'resume') or os.path.isfile(init_from + '/ckpt.pt')",
                   'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
                   'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                   'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
@@ -76,8 +75,10 @@ def resume_command():  # this very command, resuming: it runs as typed
     return shlex.join(['python', *args, '--init_from=resume'])
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'eval_only',
             'overwrite']  # settings of this invocation, which resume never takes from the run
+if init_from != 'scratch':  # resume this run, or fine-tune the run in init_from (weights only)
+    model, ckpt = load_checkpoint(ckpt_path if init_from == 'resume' else
+                                  os.path.join(init_from, 'ckpt.pt'))
 if init_from == 'resume':  # the run's own settings, but for the ones given now that may change
-    model, ckpt = load_checkpoint(ckpt_path)
     fixed = [*asdict(model.config), 'dataset', 'block_size']  # what the weights and data depend on
     for key, value in ckpt['config'].items():
         if key in _overridden and key in fixed and globals()[key] != value:
@@ -135,7 +136,6 @@ else:
     if init_from == 'resume':
         print(f"resuming from {ckpt_path}")
     else:  # fine-tuning: the weights and architecture only
-        model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'))
         print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
         arch = asdict(model.config)
         del arch['vocab_size'], arch['block_size']  # (keys of the data)
@@ -182,19 +182,10 @@ def get_batch(data, ix):
         x, y = xy[:, :-1], xy[:, 1:]
     else:  # SFT: ix are rows
         xy = torch.from_numpy(data[ix.numpy()].astype(np.int64))
-        x, y = xy[:, :-1], sft_targets(xy)
+        x, y = xy[:, :-1], sft_targets(xy, meta['eot'], sft_pad)
     if device_type == 'cuda':
         x, y = (t.pin_memory().to(device, non_blocking=True) for t in (x, y))
     return x, y
-
-def sft_targets(rows):
-    """An SFT row is prompt, EOT, answer, EOT, EOT padding. The prompt is context only: its
-    targets (and the first EOT) are ignored (-1); the answer's and its EOT count; the pad's if
-    sft_pad."""
-    eots = (rows == meta['eot']).long()
-    before = (eots.cumsum(1) - eots)[:, 1:]  # EOTs before each target: 0 prompt, 1 answer, 2+ pad
-    ignored = (before == 0) | ((before >= 2) & (not sft_pad))
-    return rows[:, 1:].masked_fill(ignored, -1)
 
 @torch.no_grad()
 def estimate_loss():

@@ -163,7 +163,6 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_grad_accum_0': (('train.py', '--gradient_accumulation_steps=0'), ['gradient_accumulation_steps >= 1']),
     'train_dropout_1.5': (('train.py', '--dropout=1.5'), ['dropout=1.5', '0 <= dropout < 1']),
     'train_out_dir_empty': (('train.py', '--out_dir='), ["out_dir=''", "out_dir != ''"]),
-    'train_init_from': (('train.py', '--init_from=nope'), ["init_from='nope'", 'scratch', 'resume']),
     'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
 }
 

@@ -1,0 +1,163 @@
+"""The second stage: SFT rows (prepare.py --dataset=sft), the loss mask, fine-tuning from a trained out_dir (and resuming
+it exactly), and several models in one eval table and one sample run."""
+import json, os, re, subprocess, sys
+
+import numpy as np
+import pytest
+import torch
+
+from harness import ENV, REPO, TINY, load, losses, make_data, ok, one_line_error, run, work, jobs, job  # noqa: F401
+import prepare
+from test_prepare import sources  # noqa: F401  (the fixture: every topic source, in its real format)
+
+EOT = 256
+ROW = 33  # tokens a row: the TINY models' block_size (32) + 1
+
+
+# ---------------------------------------------------------------- the loss mask
+def test_sft_targets_mask_the_prompt_and_optionally_the_pad():
+    rows = torch.tensor([[1, 2, 3, EOT, 4, 5, EOT, EOT, EOT],
+                         [EOT, 7, EOT, EOT, EOT, EOT, EOT, EOT, EOT]])  # an empty prompt
+    # targets are rows[:, 1:]; -1 is ignored by the loss
+    assert prepare.sft_targets(rows, EOT).tolist() == [[-1, -1, -1, 4, 5, EOT, EOT, EOT],
+                                                       [7, EOT, EOT, EOT, EOT, EOT, EOT, EOT]]
+    assert prepare.sft_targets(rows, EOT, pad=False).tolist() == [[-1, -1, -1, 4, 5, EOT, -1, -1],
+                                                                  [7, EOT, -1, -1, -1, -1, -1, -1]]
+
+
+def test_masked_targets_do_not_reach_the_loss():
+    """The loss on a row is the mean over the targets the mask keeps, and only over them."""
+    from model import GPT, GPTConfig
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(block_size=16, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1))
+    a = torch.tensor([[10, 11, 12, EOT, 20, 21, EOT, EOT, EOT]])
+    la = m(a[:, :-1], prepare.sft_targets(a, EOT))[1]
+    logits = m(a[:, :-1])[0]
+    y = prepare.sft_targets(a, EOT)[0]
+    keep = y >= 0
+    by_hand = torch.nn.functional.cross_entropy(logits[0][keep], y[keep])
+    assert torch.allclose(la, by_hand)
+    assert keep.tolist() == [False, False, False, True, True, True, True, True]
+    no_pad = prepare.sft_targets(a, EOT, pad=False)[0]
+    assert (no_pad >= 0).tolist() == [False, False, False, True, True, True, False, False]
+
+
+# ---------------------------------------------------------------- the rows prepare.py writes
+def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
+    root = tmp_path / 'data'
+    r = subprocess.run([sys.executable, str(REPO / 'prepare.py'), '--dataset=sft', '--tokenizer=byte', f'--mirror={sources}',
+                        f'--data_root={root}', '--block_size=48', '--eval_docs=1'], capture_output=True, text=True)
+    out = ok(r)
+    meta = prepare.load_meta(str(root / 'sft_byte'))
+    assert meta['row'] == 48
+    rows = np.fromfile(root / 'sft_byte' / 'train.bin', np.uint16).reshape(-1, 48)
+    held, _ = prepare.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
+    samples = {(d['text'], d['answer']) for d in held}
+    monkeypatch.setattr(prepare, 'mirror', sources)
+    pairs = {*prepare.code_pairs(), *prepare.math_pairs(), *prepare.dialogue_pairs()}
+    assert ('Write function f1.\nn = 3', 'def f1():\n    return 1') in pairs  # task + input -> answer
+    assert ('Hello train 0, how are you?', "I don't know, it\u2019s late!") in pairs  # a turn -> the next
+    dropped = int(re.search(r'dropped (\d+) of \d+ samples', out).group(1))
+    val = np.fromfile(root / 'sft_byte' / 'val.bin', np.uint16).reshape(-1, 48)
+    for row in np.concatenate([rows, val]):
+        eots = np.flatnonzero(row == EOT)
+        sep, end = eots[0], eots[1]
+        assert (row[end:] == EOT).all()  # the answer's EOT, then nothing but padding
+        prompt, answer = bytes(row[:sep].tolist()).decode(), bytes(row[sep + 1:end].tolist()).decode()
+        assert (prompt, answer) in pairs and (prompt, answer) not in samples  # a training pair, never held out
+    assert len(rows) + len(val) + dropped == len(pairs) - 3  # 3 held out: one a topic
+    assert dropped > 0 and len(val) >= 1
+    assert all(d['topic'] in ('code', 'math', 'dialogue') for d in held)
+    assert all(len(p.encode()) + len(a.encode()) + 2 <= 48 for p, a in samples)  # every held-out sample fits
+
+
+# ---------------------------------------------------------------- fine-tuning from a trained run
+def make_sft(root, n=60):
+    """data/sft/ in prepare.py's SFT format: rows of ROW tokens (prompt, EOT, answer, EOT, padding)."""
+    rng = np.random.default_rng(0)
+    rows = np.full((n, ROW), EOT, np.uint16)
+    for row in rows:
+        p, a = rng.integers(97, 123, rng.integers(3, 10)), rng.integers(48, 58, rng.integers(2, 8))
+        row[:len(p)], row[len(p) + 1:len(p) + 1 + len(a)] = p, a
+    d = root / 'data' / 'sft'
+    d.mkdir(parents=True)
+    rows[:50].tofile(d / 'train.bin')
+    rows[50:].tofile(d / 'val.bin')
+    (d / 'meta.json').write_text(json.dumps({'tokenizer': 'byte', 'vocab_size': 257, 'eot': EOT, 'dtype': 'uint16', 'row': ROW}))
+    (d / 'eval.jsonl').write_text(''.join(json.dumps({'topic': 'chat', 'text': 'hi', 'answer': 'yo'}) + '\n' for _ in range(4)))
+
+
+SFT = ['--init_from=pt', '--dataset=sft', '--device=cpu', '--batch_size=4', '--eval_iters=2', '--log_interval=1',
+       '--warmup_iters=2', '--lr_decay_iters=100', '--learning_rate=0.003']
+
+
+@work
+def fine_tune_from_an_out_dir(d):
+    make_data(d)
+    make_sft(d)
+    ok(run(d, 'train.py', *TINY, '--out_dir=pt', '--max_iters=6', '--eval_interval=6', '--n_embd=48'))
+    straight = run(d, 'train.py', *SFT, '--out_dir=ft', '--max_iters=6', '--eval_interval=6')
+    ok(run(d, 'train.py', *SFT, '--out_dir=split', '--max_iters=3', '--eval_interval=3'))
+    second = run(d, 'train.py', *SFT, '--out_dir=split', '--max_iters=6', '--eval_interval=6', '--init_from=resume')
+    nopad = run(d, 'train.py', *SFT, '--out_dir=nopad', '--max_iters=1', '--eval_interval=1', '--sft_pad=False')
+    missing = run(d, 'train.py', *SFT, '--out_dir=x', '--init_from=nope')
+    make_data(d, 'words_gpt2')
+    meta = d / 'data' / 'words_gpt2' / 'meta.json'
+    meta.write_text(meta.read_text().replace('"byte"', '"gpt2"').replace('257', '50257').replace('256', '50256'))
+    other = run(d, 'train.py', *SFT, '--out_dir=y', '--dataset=words_gpt2')
+    return (straight, second, nopad, missing, other, load(d / 'pt' / 'ckpt.pt'), load(d / 'ft' / 'ckpt.pt'),
+            load(d / 'split' / 'ckpt.pt'))
+
+
+def test_fine_tune_from_an_out_dir(job):
+    straight, second, nopad, missing, other, pt, ft, split = job
+    out = ok(straight)
+    assert 'fine-tuning pt/ckpt.pt (trained 6 iters) from iter 0' in out
+    assert ft['model_args'] == pt['model_args'] and ft['model_args']['n_embd'] == 48  # the architecture of the run
+    assert ft['config']['n_embd'] == 48 and ft['config']['block_size'] == ROW - 1 and ft['config']['sft_pad']
+    assert ft['iter_num'] == 6 and sorted(losses(out)) == [1, 2, 3, 4, 5, 6]
+    steps = {s['step'].item() for s in ft['optimizer']['state'].values()}
+    assert steps == {6.0}  # a fresh optimizer: the pre-training's 6 steps are not in it
+    assert not torch.equal(ft['model']['wte.weight'], pt['model']['wte.weight'])
+    a, b = losses(out), losses(ok(second))
+    assert sorted(b) == [4, 5, 6] and all(a[i] == b[i] for i in (4, 5, 6)), (a, b)  # a fine-tune resumes exactly
+    assert split['config']['dataset'] == 'sft'
+    assert losses(ok(nopad))[1] != a[1]  # the pad targets were in the loss, and now are not
+    one_line_error(missing, 'no checkpoint at nope/ckpt.pt')
+    one_line_error(other, 'tokenizer gpt2', 'byte', "the run's tokenizer")
+
+
+# ---------------------------------------------------------------- several models: one eval table, one sample run
+@work
+def several_models_side_by_side(d):
+    make_data(d)
+    make_sft(d)
+    ok(run(d, 'train.py', *TINY, '--out_dir=pt', '--max_iters=4', '--eval_interval=4'))
+    ok(run(d, 'train.py', *SFT, '--out_dir=ft', '--max_iters=30', '--eval_interval=30'))
+    ev = run(d, 'eval.py', '--out_dir=pt,ft', '--dataset=sft', '--device=cpu', '--eval_iters=1', '--batch_size=4')
+    own = run(d, 'eval.py', '--out_dir=pt,ft', '--device=cpu', '--eval_iters=1', '--batch_size=4', '--table=own.json')
+    sample = run(d, 'sample.py', '--out_dir=pt,ft,pt', '--start=ab', '--max_new_tokens=8', '--num_samples=2',
+                 '--device=cpu')
+    return ev, own, sample, json.loads((d / 'eval_table.json').read_text()), json.loads((d / 'own.json').read_text())
+
+
+def test_several_models_side_by_side(job):
+    ev, own, sample, table, own_table = job
+    out = ok(ev)
+    assert [row['model'] for row in table] == ['pt', 'ft']
+    for row in table:
+        assert row['docs'] == 'data/sft/eval.jsonl' and row['pad_fraction'] > 0.5  # the SFT samples: mostly pad
+        assert {row['rank_masked'], row['rank_unmasked']} <= {1, 2}
+    assert sorted(row['rank_masked'] for row in table) == [1, 2]
+    by_masked = sorted(table, key=lambda row: row['masked'])
+    assert [row['rank_masked'] for row in by_masked] == [1, 2]
+    disagree = any(row['rank_masked'] != row['rank_unmasked'] for row in table)
+    assert ('the two rankings disagree' in out) == disagree
+    assert 'models, ranked by suffix NLL' in out
+    ok(own)
+    assert [row['docs'] for row in own_table] == ['data/tiny/eval.jsonl', 'data/sft/eval.jsonl']  # each its own
+    text = ok(sample)
+    parts = re.split(r'^=== (\S+) ===$', text, flags=re.M)
+    assert parts[1::2] == ['pt', 'ft', 'pt']
+    assert parts[2] == parts[6] and parts[2] != parts[4]  # the same seed and settings: only the model differs
+    assert all(p.count('---------------') == 2 for p in parts[2::2])
