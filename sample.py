@@ -25,11 +25,10 @@ repetition_penalty = 1.0
 n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
 exit_at = ''  # post-hoc per-token exit: '' (off), 'maxprob:0.9' or 'resid:0.05'
 show_depth = False  # colour each generated token by its loop depth (ACT gate, or exit_at)
-block_size = 0  # context window; 0 = the model's
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
 _valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k >= 0',
-          '0 < top_p <= 1', 'repetition_penalty > 0', 'block_size >= 0', '0 <= seed < 2**64',
+          '0 < top_p <= 1', 'repetition_penalty > 0', '0 <= seed < 2**64',
           'type(n_loops) in (int, tuple, type(None))']  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
@@ -58,10 +57,6 @@ def sample(out_dir):
     torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
-    if block_size > model.config.block_size:
-        raise ValueError(f"block_size={block_size} is larger than the model's "
-                         f"{model.config.block_size}: use at most that")
-    model.config.block_size = block_size or model.config.block_size  # generate() crops the context
     encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
     ids = encode(start)
     if not ids:

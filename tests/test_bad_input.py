@@ -133,7 +133,6 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'sample_top_p_1.5': (('sample.py', '--top_p=1.5'), ['top_p=1.5', '0 < top_p <= 1']),
     'sample_repetition_penalty_0': (('sample.py', '--repetition_penalty=0'),
                                     ['repetition_penalty=0.0', 'repetition_penalty > 0']),
-    'sample_block_size_-5': (('sample.py', '--block_size=-5'), ['block_size=-5', 'block_size >= 0']),
     'sample_seed_2**64': (('sample.py', f'--seed={2**64}'), [f'seed={2**64}', 'seed < 2**64']),
     'sample_n_loops_1.5': (('sample.py', '--n_loops=1.5'), ['n_loops=1.5', 'int, tuple']),
     'sample_n_loops_x': (('sample.py', '--n_loops=x'), ["n_loops='x'", 'int, tuple']),

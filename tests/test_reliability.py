@@ -268,7 +268,6 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'dataset_missing': (None, ('train.py', *TINY, '--dataset=nope_byte'),
                         ['data/nope_byte/meta.json', 'python prepare.py --dataset=nope --tokenizer=byte']),
     'vocab_changed': (edit_meta_vocab, RESUME, ['meta.json', 'vocab_size', '300', '257', '--dataset=tiny']),
-    'sample_block_size': (None, ('sample.py', '--block_size=9999', '--device=cpu'), ['block_size=9999', '32']),
     'n_embd_n_head': (None, ('train.py', *TINY, '--n_embd=30', '--n_head=4'), ['n_embd=30', 'n_head=4', 'need n_embd % n_head == 0']),
     'loops_zero': (None, ('train.py', *TINY, '--loops=(2,0)'), ['loops=(2, 0)', 'need all(k >= 1 for k in loops)']),
     'loops_negative': (None, ('train.py', *TINY, '--loops=-1'), ['loops=(-1,)', 'need all(k >= 1 for k in loops)']),

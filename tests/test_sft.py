@@ -65,6 +65,9 @@ def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
         assert (row[end:] == EOT).all()  # the answer's EOT, then nothing but padding
         prompt, answer = bytes(row[:sep].tolist()).decode(), bytes(row[sep + 1:end].tolist()).decode()
         assert (prompt, answer) in pairs and (prompt, answer) not in samples  # a training pair, never held out
+        kept = prepare.sft_targets(torch.tensor(row[None].astype(np.int64)), EOT, pad=False)[0]
+        assert bytes(kept[kept >= 0][:-1].tolist()).decode() == answer and kept[kept >= 0][-1] == EOT  # the mask: answer + EOT
+        assert (prepare.sft_targets(torch.tensor(row[None].astype(np.int64)), EOT)[0][end:] == EOT).all()  # + the pad
     assert len(rows) + len(val) + dropped == len(pairs) - 3  # 3 held out: one a topic
     assert dropped > 0 and len(val) >= 1
     assert all(d['topic'] in ('code', 'math', 'dialogue') for d in held)
