@@ -87,7 +87,8 @@ def make_sft(root, n=60):
     rows[:50].tofile(d / 'train.bin')
     rows[50:].tofile(d / 'val.bin')
     (d / 'meta.json').write_text(json.dumps({'tokenizer': 'byte', 'vocab_size': 257, 'eot': EOT, 'dtype': 'uint16', 'row': ROW}))
-    (d / 'eval.jsonl').write_text(''.join(json.dumps({'topic': 'chat', 'text': 'hi', 'answer': 'yo'}) + '\n' for _ in range(4)))
+    samples = [('hi', 'yo'), ('how are you today', 'fine thanks')] * 2  # the short ones: all pad in the suffix
+    (d / 'eval.jsonl').write_text(''.join(json.dumps({'topic': 'chat', 'text': p, 'answer': a}) + '\n' for p, a in samples))
 
 
 SFT = ['--init_from=pt', '--dataset=sft', '--device=cpu', '--batch_size=4', '--eval_iters=2', '--log_interval=1',
