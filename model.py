@@ -304,12 +304,15 @@ class GPT(nn.Module):
 
     def exit_rule(self, exit, segment, cache=None):
         """Post-hoc per-token exit as a stop rule for Loop.per_token: 'maxprob' stops a token once
-        its readout's top probability reaches t; 'resid' once its relative residual is below t."""
+        its readout's top probability reaches t; 'resid' once its relative residual is below t;
+        'depth' (training at per-token random depth) after t (B, T) steps."""
         kind, t = exit
         if kind == 'resid':
             return lambda i, z, r, running: r < t
+        if kind == 'depth':
+            return lambda i, z, r, running: i + 1 >= t
         if kind != 'maxprob':
-            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t)")
+            raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or ('depth', t)")
         def confident(i, z, r, running):
             probs = self.readout(z, cache, (segment, i)).float().softmax(-1)
             return probs.amax(-1) >= t

@@ -37,6 +37,7 @@ dataset = 'topics'
 globals().update({k: v for k, v in asdict(GPTConfig()).items() if k != 'vocab_size'})
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
 random_depth = False  # Huginn-style: each step trains at depths drawn around `loops`
+token_depth = False  # each token trains at its own depth, 1..loops, its state frozen after it
 gradient_accumulation_steps = 1  # global: divided among DDP processes
 batch_size = 32
 block_size = 256
@@ -64,7 +65,8 @@ _valid = RULES + ["out_dir != ''", 'eval_interval >= 1',
                   'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                   'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
                   'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-                  "dtype in ('', 'float32', 'bfloat16')"]
+                  "dtype in ('', 'float32', 'bfloat16')",
+                  'not token_depth or len(loops) == 1 and not (act or random_depth)']
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -289,13 +291,16 @@ while iter_num < max_iters:
     n_loops = sample_depths(gen) if random_depth else None
     # the global batch: gradient_accumulation_steps * world rows of positions; this rank's share
     ix = draw(train_data, (gradient_accumulation_steps * world, batch_size), gen)
-    my_rows = ix[rank * gradient_accumulation_steps:(rank + 1) * gradient_accumulation_steps]
+    mine = slice(rank * gradient_accumulation_steps, (rank + 1) * gradient_accumulation_steps)
+    if token_depth:  # every token of the global batch its own depth, 1..loops
+        depths = torch.randint(1, gptconf.loops[0] + 1, (*ix.shape, block_size), generator=gen)
     loss_sum = torch.zeros((), device=device)
-    for micro_step, rows in enumerate(my_rows):
+    for micro_step, rows in enumerate(ix[mine]):
         if ddp:  # sync gradients only on the last micro step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
+        exit = ('depth', depths[mine][micro_step].to(device)) if token_depth else None
         with ctx:
-            _, loss, info = model(*get_batch(train_data, rows), n_loops=n_loops)
+            _, loss, info = model(*get_batch(train_data, rows), n_loops=n_loops, exit=exit)
         loss = loss / gradient_accumulation_steps
         loss.backward()
         loss_sum += loss.detach()
