@@ -396,5 +396,5 @@ def test_gpt2_tokenizer(sources, tmp_path):
             f'--data_root={tmp_path}', '--eval_docs=5')
     assert r.returncode == 0, r.stderr
     meta, held, trained = read_outputs(tmp_path / 'shakespeare')
-    assert meta == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256, 'dtype': 'uint16'}
+    assert meta == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256, 'dtype': 'uint16', 'row': 0}
     assert len(trained) == len(SPEECHES) - 5 and all(t in SPEECHES for t in trained)
