@@ -1,7 +1,8 @@
 """
 Evaluate a tied-depth checkpoint: the paper's suffix NLL (masked and unmasked, with the pad
 fraction), NLL against loop depth, post-hoc early exit against uniform depth, loop depth per topic,
-the residual-norm probe and the alphas. Prints a report and writes out_dir/eval.json:
+probes of NLL (the last step's residual, relative and absolute; the entropy) and the alphas.
+Prints a report and writes out_dir/eval.json:
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 Several checkpoints on the same documents, ranked by masked and by unmasked suffix NLL:
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
@@ -53,15 +54,17 @@ def pack_docs(docs_tokens, eot, T):
 
 @torch.no_grad()
 def score(model, x, n_loops=None, exit=None, label='eval docs'):
-    """-> per-token (nll, depth, resid) of token rows x: nll[:, j - 1] scores target position j
-    (the logits at j - 1 predict x[:, j]). The plain NLL, not the training loss."""
+    """-> per-token nll, depth and the probes (resid, moved, entropy) of token rows x: nll[:, j - 1]
+    scores target position j (the logits at j - 1 predict x[:, j]). The plain NLL, not the loss."""
     out, t0 = [], time.time()
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
         with ctx:
             logits, _, info = model(xb, n_loops=n_loops, exit=exit)
         nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), xb[:, 1:], reduction='none')
-        out.append((nll.cpu(), info['depth'].cpu(), info['resid'].float().cpu()))
+        entropy = -(logits.float().softmax(-1) * logits.float().log_softmax(-1)).sum(-1)
+        probes = (info['resid'], info['moved'], entropy)
+        out.append((nll.cpu(), info['depth'].cpu(), *(t.float().cpu() for t in probes)))
         if time.time() - t0 > 5:  # a counter, every 5 s of a slow eval
             print(f"  {label}: {i + len(xb)}/{len(x)} rows", flush=True)
             t0 = time.time()
@@ -87,7 +90,7 @@ def val_rows(data, T):
 
 def val_nll(model, rows, n_loops=None, exit=None):
     """-> (mean NLL, mean loop iterations per predicting token) on the val rows."""
-    nll, depth, _ = score(model, rows, n_loops, exit, f"val, {exit or f'k={n_loops}'}")
+    nll, depth, *_ = score(model, rows, n_loops, exit, f"val, {exit or f'k={n_loops}'}")
     return nll.mean().item(), depth[:, :-1].float().mean().item()
 
 def depth_scan(model, rows):
@@ -126,12 +129,13 @@ def topic_depths(nll, depth, real, topics):
         out[topic] = dict(nll=nll[m].mean().item(), mean_depth=mean_depth, tokens=int(m.sum()))
     return out
 
-def residual_probe(nll, resid, real):
-    """Pearson r between each real token's final relative residual and the NLL of its prediction:
-    does a state that still moves signal uncertainty? (The paper: weakly, r = +0.27..0.39.)"""
+def probe(nll, signal, real):
+    """Pearson r between a per-token signal (of its state, at its last step) and the NLL of its
+    prediction, over real tokens: does a state that still moves signal uncertainty? (The paper:
+    weakly, r = +0.27..0.39, for the relative residual |z_k - z_(k-1)| / |z_(k-1)|.)"""
     m = real[:, 1:]
     with np.errstate(all='ignore'):  # undefined (None) for a constant residual: no loop
-        r = np.corrcoef(resid[:, :-1][m].numpy(), nll[m].numpy())[0, 1] if m.sum() > 1 else np.nan
+        r = np.corrcoef(signal[:, :-1][m].numpy(), nll[m].numpy())[0, 1] if m.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
 def svg_chart(title, series):
@@ -194,8 +198,9 @@ def print_report(r):
                [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']])
     print_rows(f"topics (NLL over the real tokens of each doc's block; depth from "
                f"{r['depth_source']})", [dict(topic=n, **t) for n, t in r['topics'].items()])
-    print(f"\nresidual probe: Pearson r(final relative residual, NLL) over real tokens = "
-          f"{fmt(r['residual_probe_r'])}\nalphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
+    probes = ' | '.join(f"{name} {fmt(v)}" for name, v in r['probes'].items())
+    print(f"\nprobes of NLL, Pearson r over real tokens: {probes}\n"
+          f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
 def evaluate(out_dir):
@@ -229,20 +234,22 @@ def evaluate(out_dir):
     tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
               for d in docs]
     x, real = pack_docs(tokens, eot, T)
-    # at the trained depth: suffix NLL, topic NLL, the residual probe (and the ACT gate's depth)
-    nll, depth, resid = score(model, x)
+    # at the trained depth: suffix NLL, topic NLL, the probes (and the ACT gate's depth)
+    nll, depth, resid, moved, entropy = score(model, x)
+    probes = {'relative residual': probe(nll, resid, real), 'absolute residual':
+              probe(nll, moved, real), 'entropy': probe(nll, entropy, real)}
     source = 'the ACT gate' if c.act else 'no loop'
     if c.loops and not c.act:  # without ACT, a post-hoc exit decides how deep each token goes
         source = f"post-hoc {exit_kind} exit at threshold {topic_threshold}"
-        _, depth, _ = score(model, x, exit=(exit_kind, topic_threshold))
+        _, depth, *_ = score(model, x, exit=(exit_kind, topic_threshold))
     rows = val_rows(load_tokens(data_dir, 'val'), T)
     scan = depth_scan(model, rows)
     report = dict(suffix_nll=suffix_nll(nll, real, start), depth_scan=scan,
                   early_exit=early_exit_curve(model, rows, scan),
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
-                  residual_probe_r=residual_probe(nll, resid, real), alphas=model.alphas(),
-                  depth_source=source, block_size=T, suffix_start=start, eval_docs=len(docs),
-                  skipped_lines=n_bad, docs=path)
+                  residual_probe_r=probes['relative residual'], probes=probes,
+                  alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
+                  eval_docs=len(docs), skipped_lines=n_bad, docs=path)
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)

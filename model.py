@@ -159,10 +159,11 @@ class Loop(nn.Module):
         """Per-token depth, the frozen-state protocol: after step i, stop(i, z, r, running)
         marks the tokens that stop there (r: relative residuals). A stopped token's state is
         frozen; the others still attend to it. -> z, and per token the steps it ran and the
-        residual of its last one."""
+        relative and absolute residual of its last one."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
+        moved = torch.zeros_like(resid)
         for i in range(k):
             if not running.any():  # every token has stopped
                 if cache is None:
@@ -171,11 +172,12 @@ class Loop(nn.Module):
                 continue
             z_new = self.step(z, cache, (segment, i))
             r = relative_residual(z_new, z)
+            moved = torch.where(running, (z_new - z).norm(dim=-1), moved)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
             depth = depth + running.long()
             resid = torch.where(running, r, resid)
             running = running & ~stop(i, z, r, running)
-        return z, depth, resid
+        return z, depth, resid, moved
 
 class Halting:
     """Graves' ACT for one run of a tied segment, as a stop rule for Loop.per_token. After step i
@@ -262,22 +264,23 @@ class GPT(nn.Module):
         # the tied segments, each k steps: a fixed depth, or a depth per token (ACT gate, exit)
         depth = torch.zeros(B, T, dtype=torch.long, device=idx.device)
         resid = torch.zeros(B, T, device=idx.device)
+        moved = torch.zeros_like(resid)  # |z_k - z_(k-1)|: resid, not divided by |z_(k-1)|
         losses, ponder, done = {}, torch.zeros_like(resid), 0
         for s, (seg, k) in enumerate(zip(self.segments, loops)):
             if self.config.act:
                 halting = Halting(seg.gate, z, k)
-                _, d, resid = seg.per_token(z, k, halting, cache, s)
+                _, d, resid, moved = seg.per_token(z, k, halting, cache, s)
                 z, ponder = halting.out, ponder + halting.ponder
             elif exit is not None:
-                z, d, resid = seg.per_token(z, k, self.exit_rule(exit, s, cache), cache, s)
+                z, d, resid, moved = seg.per_token(z, k, self.exit_rule(exit, s, cache), cache, s)
             else:
                 for i, z_next in enumerate(seg(z, k, cache, s), start=done + 1):
                     z, z_prev = z_next, z
                     if targets is not None and i in self.config.supervise and i < total:
                         losses[i] = self.loss(self.readout(z), targets)  # multi-depth supervision
                 d = k
-                if not torch.is_grad_enabled():  # the probe, for evaluation: training needs none
-                    resid = relative_residual(z, z_prev)
+                if not torch.is_grad_enabled():  # the probes, for evaluation: training needs none
+                    resid, moved = relative_residual(z, z_prev), (z - z_prev).norm(dim=-1)
             depth, done = depth + d, done + k
         # the coda, final LN and head; then the loss
         logits = self.readout(z, cache)
@@ -290,7 +293,8 @@ class GPT(nn.Module):
             loss = sum(losses.values()) / len(losses)  # the mean over the supervised depths
             if self.config.act:
                 loss = loss + self.config.halt_penalty * ponder
-        return logits, loss, dict(depth=depth, losses=losses, ponder=ponder, resid=resid)
+        info = dict(depth=depth, losses=losses, ponder=ponder, resid=resid, moved=moved)
+        return logits, loss, info
 
     def readout(self, z, cache=None, at=()):
         """coda + final LN + head: the logits a state z gives if the loop stops here. `at` names the

@@ -24,10 +24,13 @@ def test_suffix_nll_matches_hand_computation():
             [eot, 7]]            # an EOT id inside the text is still real: real is decided by position
     x, real = ev.pack_docs(docs, eot, T)
     assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
-    nll, depth, resid = ev.score(model, x)
+    nll, depth, resid, moved, entropy = ev.score(model, x)
     got = ev.suffix_nll(nll, real, start)
     with torch.no_grad():  # by hand: the logits at j - 1 predict token j; target j is real if j <= the doc's EOT index
-        logp = F.log_softmax(model(x)[0].float(), -1)
+        logits, _, info = model(x)
+    logp = F.log_softmax(logits.float(), -1)
+    assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1), atol=1e-5)  # the entropy probe, per position
+    assert (moved > 0).all() and torch.allclose(resid, info['resid']) and torch.allclose(moved, info['moved'])
     masked, unmasked = [], []
     for i, doc in enumerate(docs):
         for j in range(start, T):
@@ -101,7 +104,9 @@ def test_eval_json_report_and_html(tmp_path):
     assert all({'nll', 'mean_depth', 'tokens'} <= set(t) for t in r['topics'].values())
     assert r['topics']['chat']['tokens'] == 2  # 'h' -> 'i', 'i' -> EOT
     assert isinstance(r['residual_probe_r'], float) and len(r['alphas']) == 1 and r['skipped_lines'] == 2
-    for needle in ('suffix NLL', 'masked', 'depth scan', 'early exit', 'topics', 'residual probe', 'alphas',
+    assert set(r['probes']) == {'relative residual', 'absolute residual', 'entropy'}
+    assert r['probes']['relative residual'] == r['residual_probe_r'] and all(-1 <= v <= 1 for v in r['probes'].values())
+    for needle in ('suffix NLL', 'masked', 'depth scan', 'early exit', 'topics', 'probes of NLL', 'alphas',
                    'measures padding', 'skipped 2 malformed lines', 'wrote out/eval.json'):
         assert needle in out, needle
     page = (tmp_path / 'depth.html').read_text()

@@ -79,7 +79,7 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
     def stop(i, s, r, running):
         states.append(s.detach().clone())
         return rule(i, s, r, running)
-    out, depth, resid = seg.per_token(z, k, stop)
+    out, depth, resid, moved = seg.per_token(z, k, stop)
     if m.config.act:
         return rule.out, depth, rule.ponder, resid, states
     return out, depth, None, resid, states
@@ -466,6 +466,24 @@ def test_resid_info_is_last_iteration_relative_residual():
     expect = (states[3] - states[2]).norm(dim=-1) / states[2].norm(dim=-1)
     assert torch.allclose(info['resid'], expect, rtol=1e-4, atol=1e-7)
     assert info['resid'].min() > 0
+    assert torch.allclose(info['moved'], (states[3] - states[2]).norm(dim=-1), rtol=1e-4, atol=1e-6)
+
+
+def test_moved_is_each_tokens_own_last_step_under_an_exit():
+    """With per-token depth, `moved` is |z_k - z_(k-1)| of the step each token last ran (frozen ones: not the last
+    step of the loop), and resid is the same divided by |z_(k-1)|."""
+    m = make(loops=(4,))
+    idx, _ = batch()
+    with torch.no_grad():
+        exit = ('resid', m(idx, n_loops=2)[2]['resid'].median().item())  # about half stop after step 2
+        _, depth, _, resid, states = run_loop(m, idx, exit=exit)
+        info = m(idx, exit=exit)[2]
+    assert depth.min() < depth.max()  # tokens stop at different steps
+    stacked = torch.stack(states)  # (k + 1, B, T, C): states[i] after step i (frozen ones repeat)
+    d = depth[None, ..., None].expand(1, *stacked.shape[1:])
+    last, before = stacked.gather(0, d)[0], stacked.gather(0, d - 1)[0]
+    assert torch.allclose(info['moved'], (last - before).norm(dim=-1), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(info['resid'], info['moved'] / before.norm(dim=-1), rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------- 10. ACT
@@ -545,7 +563,7 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
         halting = Halting(seg.gate, z, 5)
-        _, depth, _ = seg.per_token(z, 5, lambda i, s, r, run: states.append(s.clone()) or halting(i, s, r, run))
+        _, depth, _, _ = seg.per_token(z, 5, lambda i, s, r, run: states.append(s.clone()) or halting(i, s, r, run))
         out, ponder = halting.out, halting.ponder
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
