@@ -338,4 +338,5 @@ while iter_num < max_iters:
             print(f"interrupted after iter {iter_num}: resume with  {resume_command()}")
         break
 if ddp:
+    dist.barrier()  # the other ranks wait for rank 0's last eval and save, then all end together
     dist.destroy_process_group()
