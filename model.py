@@ -171,8 +171,8 @@ class Loop(nn.Module):
                 cache.skip(segment, i, z.size(1))
                 continue
             z_new = self.step(z, cache, (segment, i))
-            r = relative_residual(z_new, z)
-            moved = torch.where(running, (z_new - z).norm(dim=-1), moved)
+            step, r = residual(z_new, z)
+            moved = torch.where(running, step, moved)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
             depth = depth + running.long()
             resid = torch.where(running, r, resid)
@@ -200,9 +200,11 @@ class Halting:
         return halt
 
 @torch.no_grad()
-def relative_residual(z_new, z):
-    """|z_k - z_(k-1)| / |z_(k-1)| per token: how far the state still moves (a probe)."""
-    return (z_new - z).norm(dim=-1) / z.norm(dim=-1).clamp_min(1e-6)
+def residual(z_new, z):
+    """-> |z_k - z_(k-1)| per token (how far the state still moves: a probe), and the same relative
+    to |z_(k-1)| (the probe of the study, and the 'resid' exit's signal)."""
+    step = (z_new - z).norm(dim=-1)
+    return step, step / z.norm(dim=-1).clamp_min(1e-6)
 
 class GPT(nn.Module):
     def __init__(self, config):
@@ -264,7 +266,7 @@ class GPT(nn.Module):
         # the tied segments, each k steps: a fixed depth, or a depth per token (ACT gate, exit)
         depth = torch.zeros(B, T, dtype=torch.long, device=idx.device)
         resid = torch.zeros(B, T, device=idx.device)
-        moved = torch.zeros_like(resid)  # |z_k - z_(k-1)|: resid, not divided by |z_(k-1)|
+        moved = torch.zeros_like(resid)  # |z_k - z_(k-1)|: resid before dividing by |z_(k-1)|
         losses, ponder, done = {}, torch.zeros_like(resid), 0
         for s, (seg, k) in enumerate(zip(self.segments, loops)):
             if self.config.act:
@@ -280,7 +282,7 @@ class GPT(nn.Module):
                         losses[i] = self.loss(self.readout(z), targets)  # multi-depth supervision
                 d = k
                 if not torch.is_grad_enabled():  # the probes, for evaluation: training needs none
-                    resid, moved = relative_residual(z, z_prev), (z - z_prev).norm(dim=-1)
+                    moved, resid = residual(z, z_prev)
             depth, done = depth + d, done + k
         # the coda, final LN and head; then the loss
         logits = self.readout(z, cache)

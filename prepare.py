@@ -220,7 +220,8 @@ def sft():  # -> (eot, held, train, val): one array of rows: prompt, EOT, answer
     encode, _, eot = get_tokenizer(tokenizer)
     held, kept = held_and_kept('sft')
     random.Random(seed).shuffle(kept)
-    samples = [encode(prompt) + [eot] + encode(answer) + [eot] for prompt, answer in kept]
+    as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]  # unpadded
+    samples = [as_row(prompt, answer) for prompt, answer in kept]
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
@@ -229,7 +230,7 @@ def sft():  # -> (eot, held, train, val): one array of rows: prompt, EOT, answer
     if n < 1:
         raise ValueError(f"only {len(rows)} samples fit in block_size={block_size}: raise it")
     held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
-            if len(encode(prompt)) + len(encode(answer)) + 2 <= block_size]  # the ones that fit
+            if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
     return eot, held, [rows[:n]], [rows[n:]]
 
 def main():

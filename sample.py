@@ -57,7 +57,7 @@ def sample(out_dir):
     torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
-    encode, decode, eot = get_tokenizer(ckpt['meta']['tokenizer'])
+    encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
     ids = encode(start)
     if not ids:
         raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' "

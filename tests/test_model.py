@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, RULES, Halting, KVCache, load_checkpoint, relative_residual
+from model import GPT, GPTConfig, RULES, Halting, KVCache, load_checkpoint, residual
 
 V = 50  # vocab size of every test model
 
@@ -72,7 +72,7 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
     states = [z.clone()]
     if not m.config.act and exit is None:
         states += [s.detach().clone() for s in seg(z, k)]
-        resid = relative_residual(states[-1], states[-2])
+        resid = residual(states[-1], states[-2])[1]
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
     rule = Halting(seg.gate, z, k) if m.config.act else m.exit_rule(exit, seg_i)
 
