@@ -4,20 +4,22 @@ absolute numbers:
 - training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks
   of the same width;
 - phantom vs full backprop at several k: step time and memory;
-- generation: tokens/s re-encoding the context, with the KV cache, and with the KV cache + each
-  exit policy;
+- generation: tokens/s re-encoding the context and with the KV cache at full depth, then with the
+  KV cache + each per-token policy (each exit; an ACT model's gate). A policy's row gives the mean
+  depth, the tied-block calls counted, and its speedup against the ideal: the ratio of the blocks
+  a new token runs at full depth to those it runs under the policy;
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
-$ python bench.py                                (CPU, random weights, 5.5 min here)
-$ python bench.py --init_from=out-cpu-v13        (generation rows from a trained model: the
-                                                  exits see real confidence)
-$ python bench.py --device=cuda --compile=True   (bf16; compile applies to the training rows)
+$ python bench.py                              (CPU, random weights, 6 min here)
+$ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act
+                                               (trained models: the exits see real confidence)
+$ python bench.py --device=cuda --compile=True (bf16; compile applies to the training rows)
 """
 import os
 import sys
 import time
 from contextlib import nullcontext
 import torch
-from model import GPTConfig, GPT, load_checkpoint, parse_exit
+from model import GPTConfig, GPT, Block, load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 # training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step
@@ -30,7 +32,7 @@ n_coda = 1
 vocab_size = 257  # byte-level
 k = 30  # tied loop vs plain stack at this depth
 phantom_ks = (1, 8, 30)
-# generation rows: a v13-shaped model (random weights at n_embd), or init_from/ckpt.pt
+# generation rows: a v13-shaped model (random weights at n_embd), or each of init_from=a,b,...
 gen_loops = (10, 10, 10)
 init_from = ''
 prompt = "Question: Tom has 12 apples and buys 7 more. How many now? A:"
@@ -42,7 +44,7 @@ compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
 _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
-          'gen_tokens >= 1', 'repeats >= 1', 'peak_flops >= 0']  # configurator.py checks them
+          'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0']  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
@@ -120,24 +122,44 @@ def time_steps(models):
     ratios = [median([a / b for a, b in zip(t, times[0])]) for t in times]
     return ms, ratios, peaks
 
-def gen_speeds(model, start, settings):
-    """Generate gen_tokens greedy tokens after start with each (kv_cache, exit) setting, over
-    `repeats` rounds in which the settings take turns. -> the median tokens/s of each, and the
-    mean loop depth per new token of each."""
+def count_blocks(model):
+    """Hooks that count the Block calls on a new token decoded alone (one token against a filled
+    cache): every block, and the tied ones. -> the counts (a dict) and the hooks' handles."""
+    counts = {'blocks': 0, 'tied': 0}
+    tied = [s.block for s in model.segments]
+    def hook(block, args, out):
+        x, cache = args[:2]
+        if x.size(1) == 1 and cache is not None and cache.pos > 0:
+            counts['blocks'] += 1
+            counts['tied'] += any(block is t for t in tied)
+    return counts, [b.register_forward_hook(hook) for b in model.modules() if isinstance(b, Block)]
+
+def gen_speeds(settings):
+    """Generate gen_tokens greedy tokens with each (model, start, kv_cache, exit) setting, over
+    `repeats` rounds in which the settings take turns. Round 0 warms up, untimed, and counts block
+    calls. -> per setting: the median tokens/s, and per new token decoded alone (not the first,
+    which comes with the prompt): the mean depth the model reports, and the tied-block calls and
+    all block calls counted."""
     speeds = [[] for _ in settings]
+    counts, depths = [None] * len(settings), [None] * len(settings)
     with ctx:
         for r in range(repeats + 1):
-            n = 2 if r == 0 else gen_tokens  # round 0 warms up, on 2 tokens
-            depths = []
-            for i, (kv_cache, exit) in enumerate(settings):
+            for i, (model, start, kv_cache, exit) in enumerate(settings):
+                hooks = []
+                if r == 0:
+                    counts[i], hooks = count_blocks(model)
                 sync()
                 t0 = time.perf_counter()
-                _, depth = model.generate(start, n, top_k=1, exit=exit, kv_cache=kv_cache,
-                                          return_depth=True)
+                _, depth = model.generate(start, gen_tokens, top_k=1, exit=exit,
+                                          kv_cache=kv_cache, return_depth=True)
                 sync()
-                speeds[i].append(n / (time.perf_counter() - t0))
-                depths.append(depth.float().mean().item())
-    return [median(s[1:]) for s in speeds], depths
+                speeds[i].append(gen_tokens / (time.perf_counter() - t0))
+                depths[i] = depth[:, 1:].float().mean().item()
+                for h in hooks:
+                    h.remove()
+    n = gen_tokens - 1
+    return [(median(s[1:]), d, c['tied'] / n, c['blocks'] / n)
+            for s, d, c in zip(speeds, depths, counts)]
 
 def print_row(*cells):
     print("| " + " | ".join(cells) + " |", flush=True)
@@ -155,36 +177,46 @@ def train_row(what, ms, mb=None, flops=None, ratio=''):
 def gen_row(what, tokens_per_s, ratio=''):
     print_row(what, f"{1000 / tokens_per_s:.1f} / token", f"{tokens_per_s:.1f}", '', '', '', ratio)
 
-# the generation model first, so that a bad setting fails before minutes of measuring
-ids = list(prompt.encode())  # random weights: byte tokens
-if init_from:  # a trained model and the prompt in its tokenizer: the exits see real confidence
-    gen, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), device)
-    encode, _, _ = get_tokenizer(ckpt['meta']['tokenizer'])
-    ids = encode(prompt)
-else:
-    gen = model_for(loops=gen_loops, block_size=len(ids) + gen_tokens)
-gen.eval()
-c = gen.config
-if len(ids) + gen_tokens > c.block_size:
-    raise ValueError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than the "
-                     f"model's block_size {c.block_size}: lower them (past block_size every step "
-                     f"re-encodes, which is not what to time)")
-start = torch.tensor([ids], device=device)
-if c.act:  # an ACT model stops by its own gate
-    policies = {'ACT gate': None}
-else:
-    policies = {'exit ' + e: parse_exit(e) for e in exit_at.split(',')}
+# the generation models first, so that a bad setting fails before minutes of measuring: groups of
+# (name, a model at full depth, the prompt in its tokenizer, [(policy, the model it runs, exit)])
+exits = {e: parse_exit(e) for e in exit_at.split(',')}
+groups = []
+if not init_from:  # random weights, byte tokens; and the same shape with an ACT gate, whose initial
+    ids = list(prompt.encode())  # bias runs every token to the max: what the gate's check costs
+    rand = model_for(loops=gen_loops, block_size=len(ids) + gen_tokens)
+    rand_act = model_for(loops=gen_loops, block_size=len(ids) + gen_tokens, act=True)
+    policies = [('exit ' + e, rand, exit) for e, exit in exits.items()]
+    groups.append(('random weights', rand, ids, policies + [('ACT gate', rand_act, None)]))
+for path in filter(None, init_from.split(',')):  # trained models: the exits see real confidence
+    model, ckpt = load_checkpoint(os.path.join(path, 'ckpt.pt'), device)
+    ids = get_tokenizer(ckpt['meta']['tokenizer'])[0](prompt)
+    policies = [('exit ' + e, model, exit) for e, exit in exits.items()]
+    full = model
+    if model.config.act:  # it stops by its own gate; at full depth: the same blocks, no gate
+        policies = [('ACT gate', model, None)]
+        full = GPT(GPTConfig(**{**ckpt['model_args'], 'act': False})).to(device)
+        full.load_state_dict(ckpt['model'], strict=False)
+    groups.append((path, full, ids, policies))
+for name, full, ids, policies in groups:
+    for m in [full] + [m for _, m, _ in policies]:
+        m.eval()
+    if len(ids) + gen_tokens > full.config.block_size:
+        raise ValueError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than "
+                         f"{name}'s block_size {full.config.block_size}: lower them (past "
+                         f"block_size every step re-encodes, which is not what to time)")
 
 # the header: the command, the machine, the shapes
 where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
 dtype = 'bf16' if cuda else 'float32'
-weights = 'init_from=' + init_from if init_from else 'random weights'
-gen_shape = f"[{c.n_prelude}]" + ''.join(f"[x{n}]" for n in c.loops) + f"[{c.n_coda}]"
 print(f"$ python {' '.join(sys.argv)}")
 print(f"{where}, torch {torch.__version__}, {dtype}, compile={compile}; median of {repeats}")
 print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, "
-      f"vocab {vocab_size}; generation: {weights}, {gen_shape} d={c.n_embd}, "
-      f"{len(ids)}-token prompt, greedy\n")
+      f"vocab {vocab_size}")
+for name, full, ids, _ in groups:
+    c = full.config
+    shape = f"[{c.n_prelude}]" + ''.join(f"[x{n}]" for n in c.loops) + f"[{c.n_coda}]"
+    print(f"generation, {name}: {shape} d={c.n_embd}, {len(ids)}-token prompt, greedy")
+print()
 print("| row | ms/step | tokens/s | memory MB | MFLOP/token | TFLOP/s | ratio |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 
@@ -212,18 +244,25 @@ for kk in phantom_ks:
               ratio=f"{ratio:.2f}x time, {mb_phantom / mb_full:.2f}x memory of full")
     del full, phantom
 
-# 3. generation: re-encoding, the KV cache, and the KV cache + each exit policy
-settings = [(False, None), (True, None)] + [(True, p) for p in policies.values()]
-speeds, depths = gen_speeds(gen, start, settings)
-plain_tps, cached_tps, *exit_tps = speeds
-_, _, *exit_depths = depths
-gen_row(f"generate {gen_tokens}: re-encoding the context", plain_tps)
-gen_row(f"generate {gen_tokens}: KV cache", cached_tps,
-        f"{cached_tps / plain_tps:.1f}x re-encoding")
-for policy, tps, depth in zip(policies, exit_tps, exit_depths):
-    what = f"generate {gen_tokens}: KV cache + {policy}, mean depth {depth:.1f}/{sum(c.loops)}"
-    gen_row(what, tps, f"{tps / plain_tps:.1f}x re-encoding, {tps / cached_tps:.2f}x cache")
+# 3. generation: re-encoding and the KV cache at full depth, then the KV cache + each policy. The
+# ideal speedup of a policy is the ratio of the blocks a new token runs, full depth / the policy's
+for name, full, ids, policies in groups:
+    start = torch.tensor([ids], device=device)
+    settings = [(full, start, False, None), (full, start, True, None)]
+    rows = gen_speeds(settings + [(m, start, True, exit) for _, m, exit in policies])
+    (plain_tps, *_), (cached_tps, _, _, N), *rows = rows
+    what = f"generate {gen_tokens}, {name}:"
+    gen_row(f"{what} re-encoding the context", plain_tps)
+    gen_row(f"{what} KV cache, {N:.1f} blocks/token", cached_tps,
+            f"{cached_tps / plain_tps:.1f}x re-encoding")
+    for (policy, m, _), (tps, depth, calls, n) in zip(policies, rows):
+        ideal = N / n
+        gen_row(f"{what} KV cache + {policy}, mean depth {depth:.2f}/{sum(m.config.loops)} "
+                f"(tied-block calls {calls:.2f}), {n:.1f} blocks/token", tps,
+                f"{tps / plain_tps:.1f}x re-encoding, {tps / cached_tps:.2f}x cache: "
+                f"{tps / cached_tps / ideal:.0%} of the ideal {ideal:.2f}x")
 
 memory = 'peak CUDA MB allocated' if cuda else 'MB of activations saved for backward'
 print(f"\nmemory: {memory}; MFLOP/token: forward + backward, 6N + 12LdT (N, L: parameters and "
-      f"block applications, the tied block once per iteration)")
+      f"block applications, the tied block once per iteration); generation: mean depth and "
+      f"blocks per new token decoded alone (the first comes with the prompt's pass)")

@@ -58,17 +58,18 @@ class KVCache:
         values[:, :, self.pos:end] = v
         return keys[:, :, :end], values[:, :, :end]
 
-    def skip(self, segment, i, T):
-        """A chunk of T tokens that all stopped (exit or ACT) skips iteration i: it computes
-        nothing, and later tokens attending at iteration i read its keys and values of iteration
-        i - 1, i.e. of the last iteration it ran (for the block, and for an exit's readout)."""
+    def skip(self, segment, i, k, T):
+        """A chunk of T tokens that all stopped (exit or ACT) after i iterations skips iterations
+        i..k-1: it computes nothing, and later tokens attending at those iterations read its
+        keys and values of iteration i - 1, the last it ran (the block's, an exit readout's)."""
         now = slice(self.pos, self.pos + T)
         for slot in [s for s in self.kv if s[:2] == (segment, i - 1)]:
-            new = (segment, i) + slot[2:]
-            if new not in self.kv:
-                self.kv[new] = tuple(torch.empty_like(t) for t in self.kv[slot])
-            for last, skipped in zip(self.kv[slot], self.kv[new]):  # keys, then values
-                skipped[:, :, now] = last[:, :, now]
+            for j in range(i, k):
+                new = (segment, j) + slot[2:]
+                if new not in self.kv:
+                    self.kv[new] = tuple(torch.empty_like(t) for t in self.kv[slot])
+                for last, skipped in zip(self.kv[slot], self.kv[new]):  # keys, then values
+                    skipped[:, :, now] = last[:, :, now]
 
 class Attention(nn.Module):
     def __init__(self, c):
@@ -166,10 +167,9 @@ class Loop(nn.Module):
         moved = torch.zeros_like(resid)
         for i in range(k):
             if not running.any():  # every token has stopped
-                if cache is None:
-                    break
-                cache.skip(segment, i, z.size(1))
-                continue
+                if cache is not None:
+                    cache.skip(segment, i, k, z.size(1))
+                break
             z_new = self.step(z, cache, (segment, i))
             step, r = residual(z_new, z)
             moved = torch.where(running, step, moved)
@@ -178,6 +178,20 @@ class Loop(nn.Module):
             resid = torch.where(running, r, resid)
             running = running & ~stop(i, z, r, running)
         return z, depth, resid, moved
+
+    def until(self, z, k, stop, cache, segment=0):
+        """Per-token depth for one new token in cached decoding: no other token is frozen or
+        masked, so the loop just ends where stop says, and the cache marks the iterations it
+        skipped. The same stop rules and result as per_token, without its bookkeeping."""
+        running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
+        for i in range(k):
+            z_new = self.step(z, cache, (segment, i))
+            moved, resid = residual(z_new, z)
+            z = z_new
+            if stop(i, z, resid, running):
+                break
+        cache.skip(segment, i + 1, k, 1)
+        return z, i + 1, resid, moved
 
 class Halting:
     """Graves' ACT for one run of a tied segment, as a stop rule for Loop.per_token. After step i
@@ -269,12 +283,13 @@ class GPT(nn.Module):
         moved = torch.zeros_like(resid)  # |z_k - z_(k-1)|: resid before dividing by |z_(k-1)|
         losses, ponder, done = {}, torch.zeros_like(resid), 0
         for s, (seg, k) in enumerate(zip(self.segments, loops)):
+            per_token = seg.until if cache is not None and B * T == 1 else seg.per_token
             if self.config.act:
                 halting = Halting(seg.gate, z, k)
-                _, d, resid, moved = seg.per_token(z, k, halting, cache, s)
+                _, d, resid, moved = per_token(z, k, halting, cache, s)
                 z, ponder = halting.out, ponder + halting.ponder
             elif exit is not None:
-                z, d, resid, moved = seg.per_token(z, k, self.exit_rule(exit, s, cache), cache, s)
+                z, d, resid, moved = per_token(z, k, self.exit_rule(exit, s, cache), cache, s)
             else:
                 for i, z_next in enumerate(seg(z, k, cache, s), start=done + 1):
                     z, z_prev = z_next, z

@@ -150,7 +150,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'prepare_eval_docs_-1': (('prepare.py', '--mirror=nowhere', '--eval_docs=-1'), ['eval_docs=-1', 'eval_docs >= 1']),
     'prepare_eval_docs_0': (('prepare.py', '--mirror=nowhere', '--eval_docs=0'), ['eval_docs=0', 'eval_docs >= 1']),
     'prepare_shards_0': (('prepare.py', '--mirror=nowhere', '--dataset=fineweb', '--shards=0'), ['shards=0', 'shards >= 1']),
-    'bench_gen_tokens_0': (('bench.py', '--gen_tokens=0'), ['gen_tokens=0', 'gen_tokens >= 1']),
+    'bench_gen_tokens_1': (('bench.py', '--gen_tokens=1'), ['gen_tokens=1', 'gen_tokens >= 2']),
     'bench_repeats_0': (('bench.py', '--repeats=0'), ['repeats=0', 'repeats >= 1']),
     'bench_phantom_ks_0': (('bench.py', '--phantom_ks=(1,0)'), ['phantom_ks=(1, 0)', 'kk >= 1']),
     'train_eval_interval_0': (('train.py', '--eval_interval=0'), ['eval_interval=0', 'eval_interval >= 1']),

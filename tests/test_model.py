@@ -724,6 +724,39 @@ def test_cached_exit_skips_the_remaining_iterations(kind):
     assert depth.min() < k and len(depth.unique()) >= 2, "test needs tokens that exit early"
 
 
+@pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
+def test_one_token_decode_matches_the_batched_protocol(kind):
+    """A new token decoded alone takes Loop.until (no masks, the loop just ends); two at once take Loop.per_token
+    (frozen-state bookkeeping). Two copies of the same token must get what the one gets: depth, logits, probes and
+    every cache slot, skipped iterations included."""
+    if kind == "resid":
+        m, t = resid_model(4)
+    else:
+        m, t = (act_gen_model() if kind == "act" else gen_model(loops=(4,))).eval(), 0.3
+    exit = None if kind == "act" else (kind, t)
+    idx = batch(1, 12)[0]
+    if kind != "resid":  # the model's own continuation: varied depths
+        idx = m.generate(idx[:, :4], 8, top_k=1, exit=exit)
+    one, two = KVCache(m.config.block_size), KVCache(m.config.block_size)
+    seen = set()
+    with torch.no_grad():
+        m(idx[:, :4], exit=exit, cache=one)
+        m(idx[:, :4].expand(2, -1), exit=exit, cache=two)
+        for t in range(4, 12):
+            a = m(idx[:, t:t + 1], exit=exit, cache=one)
+            b = m(idx[:, t:t + 1].expand(2, -1), exit=exit, cache=two)
+            assert torch.equal(a[2]['depth'], b[2]['depth'][:1])
+            assert torch.allclose(a[0], b[0][:1], atol=1e-5)
+            for key in ('resid', 'moved'):
+                assert torch.allclose(a[2][key], b[2][key][:1], atol=1e-5)
+            seen.add(a[2]['depth'].item())
+    assert one.kv.keys() == two.kv.keys()
+    for slot, tensors in one.kv.items():
+        for x, y in zip(tensors, two.kv[slot]):
+            assert torch.allclose(x[:, :, :12], y[:1, :, :12], atol=1e-5), slot
+    assert len(seen) >= 2, "test needs tokens that stop at different depths"
+
+
 def test_skipped_iterations_reuse_the_last_computed_keys_values():
     """The cache rule: at an iteration a token skipped, later tokens read its keys/values from its last iteration."""
     m, t = resid_model(4)

@@ -206,30 +206,63 @@ def test_torchrun_two_processes_cpu(job):
 
 # ---------------------------------------------------------------- bench.py
 BENCH = ['--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_tokens=12', '--prompt=abcd', '--repeats=1',
-         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9,maxprob:1.1', '--device=cpu']
+         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9,maxprob:1.1,maxprob:0.005', '--device=cpu']
+GEN_ROW = re.compile(r'generate 12, (.+): KV cache \+ (.+), mean depth ([\d.]+)/(\d+) \(tied-block calls ([\d.]+)\), '
+                     r'([\d.]+) blocks/token')
 
 
 @work
 def bench_prints_one_table(d):
+    return run(d, 'bench.py', *BENCH, '--gen_loops=(2,2)')
+
+
+@work
+def bench_times_trained_models_and_an_act_model(d):
     make_data(d)
-    ok(run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100'))
-    return run_all((d, 'bench.py', *BENCH, '--gen_loops=(2,2)'), (d, 'bench.py', *BENCH, '--init_from=out'))
+    run_all((d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100'),
+            (d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100', '--act=True', '--out_dir=out-act'))
+    return run(d, 'bench.py', *BENCH, '--init_from=out,out-act')
+
+
+def bench_rows(out):
+    return {r[0]: r[1:] for r in (line.strip('| ').split(' | ') for line in out.splitlines() if line.startswith('| '))}
 
 
 def test_bench_prints_one_table(job):
-    out = ok(job[0])
+    out = ok(job)
     assert '$ python ' in out and 'bench.py --n_embd=32' in out  # the command, and the shapes, in the header
-    assert 'batch 2 x 16, d=32' in out and 'random weights, [1][x2][x2][1] d=32, 4-token prompt' in out
-    rows = {r[0]: r[1:] for r in (line.strip('| ').split(' | ') for line in out.splitlines() if line.startswith('| '))}
+    assert 'batch 2 x 16, d=32' in out and 'generation, random weights: [1][x2][x2][1] d=32, 4-token prompt' in out
+    rows = bench_rows(out)
     assert re.fullmatch(r"\d\.\d{3}x plain's time", rows['train: tied loop [1][A x3][1]'][-1])
     assert rows['train: plain stack, 5 distinct blocks'][3] == rows['train: tied loop [1][A x3][1]'][3]  # same FLOPs
     mem = {k: float(rows[f'train k={k}: phantom'][2]) / float(rows[f'train k={k}: full backprop'][2]) for k in (1, 4)}
     assert abs(mem[1] - 1) < 0.01 and mem[4] < 0.8  # phantom saves the activations of all but the last iteration
     assert float(rows['train k=4: full backprop'][2]) > float(rows['train k=1: full backprop'][2])
-    gen = [r for r in rows if r.startswith('generate 12: ')]
-    assert len(gen) == 4 and all(float(rows[r][1]) > 0 for r in gen)  # one row per exit policy
-    assert 'generate 12: KV cache + exit resid:1e9, mean depth 2.0/4' in rows  # huge threshold: 1 step per segment
-    assert 'generate 12: KV cache + exit maxprob:1.1, mean depth 4.0/4' in rows  # unreachable: every step
-    # --init_from: the generation rows run the trained checkpoint (TINY: [1][x2][1] d=32)
-    assert 'generation: init_from=out, [1][x2][1] d=32, 4-token prompt' in ok(job[1])
-    assert 'KV cache + exit resid:1e9, mean depth 1.0/2 |' in job[1].stdout
+    gen = [r for r in rows if r.startswith('generate 12, ')]
+    assert len(gen) == 6 and all(float(rows[r][1]) > 0 for r in gen)  # re-encoding, cache, 3 exits, the ACT gate
+    assert 'generate 12, random weights: KV cache, 6.0 blocks/token' in rows  # [1][x2][x2][1]
+    policies = {m[2]: m.groups() for m in map(GEN_ROW.fullmatch, gen) if m}
+    assert set(policies) == {'exit resid:1e9', 'exit maxprob:1.1', 'exit maxprob:0.005', 'ACT gate'}
+    for _, policy, depth, loops, calls, blocks in policies.values():
+        assert depth == calls, policy  # the depth the model reports = the tied-block calls counted
+    assert policies['exit resid:1e9'][2:] == ('2.00', '4', '2.00', '4.0')  # huge threshold: 1 step a segment
+    assert policies['exit maxprob:1.1'][2:] == ('4.00', '4', '4.00', '10.0')  # unreachable: every step, each
+    assert 2 < float(policies['exit maxprob:0.005'][2]) < 4  # with a readout (coda) check; in between: varied
+    assert policies['ACT gate'][2] == '4.00'  # the gate's initial bias runs every token to the max
+    assert re.search(r'\dx cache: \d+% of the ideal 1\.50x', rows[gen[2]][-1])  # resid:1e9: 6 / 4 blocks
+
+
+def test_bench_times_trained_models_and_an_act_model(job):
+    """--init_from=a,b: the generation rows of each checkpoint; an ACT model's full depth is its blocks without
+    the gate."""
+    out = ok(job)
+    assert 'generation, out: [1][x2][1] d=32, 4-token prompt' in out
+    assert 'generation, out-act: [1][x2][1] d=32, 4-token prompt' in out
+    rows = bench_rows(out)
+    assert 'generate 12, out: KV cache, 4.0 blocks/token' in rows
+    assert 'generate 12, out-act: KV cache, 4.0 blocks/token' in rows  # the gate-less twin: full depth
+    policies = {(m[1], m[2]): m.groups() for m in map(GEN_ROW.fullmatch, rows) if m}
+    assert set(policies) == {('out', 'exit resid:1e9'), ('out', 'exit maxprob:1.1'), ('out', 'exit maxprob:0.005'),
+                             ('out-act', 'ACT gate')}
+    assert policies['out', 'exit resid:1e9'][2:] == ('1.00', '2', '1.00', '3.0')
+    assert policies['out-act', 'ACT gate'][2] == policies['out-act', 'ACT gate'][4]
