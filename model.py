@@ -1,7 +1,7 @@
 """
 A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (step, forward, per_token), then KVCache and generate.
+Read GPT.forward first, then Loop (step, forward, per_token, until), then KVCache and generate.
 """
 import os
 import glob
@@ -209,8 +209,8 @@ class Halting:
         halt = running & ((self.cum + h >= 1 - self.eps) | (i == self.k - 1))
         p = torch.where(halt, 1 - self.cum, h) * running  # the weight of this step's state
         self.out = self.out + p[..., None].to(z.dtype) * z
-        self.ponder = self.ponder + torch.where(halt, (i + 1) + (1 - self.cum), 0.0)
-        self.cum = self.cum + torch.where(halt, 0.0, h) * running
+        self.ponder = self.ponder + halt * ((i + 1) + (1 - self.cum))  # N + R, when it halts
+        self.cum = self.cum + p  # a halted token's sum is 1: it runs no more steps
         return halt
 
 @torch.no_grad()
