@@ -9,7 +9,7 @@ absolute numbers:
   depth, the tied-block calls counted, and its speedup against the ideal: the ratio of the blocks
   a new token runs at full depth to those it runs under the policy;
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
-$ python bench.py                              (CPU, random weights, 6 min here)
+$ python bench.py                              (CPU, random weights)
 $ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act
                                                (trained models: the exits see real confidence)
 $ python bench.py --device=cuda --compile=True (bf16; compile applies to the training rows)
