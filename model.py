@@ -1,15 +1,18 @@
 """
 A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (step, forward, per_token, until), then KVCache and generate.
+Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), GPT.stop_rule
+and Halting, then KVCache and generate.
 """
 import os
 import glob
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
 
 @dataclass
 class GPTConfig:
@@ -40,9 +43,13 @@ RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < al
 
 class KVCache:
     """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
-    new token costs no torch.cat), one slot per block application: a tied block run k times has k
-    slots. A slot is named by where its block runs: ('prelude', j); (segment, i): iteration i of a
-    segment; ('coda', j); (segment, i, 'coda', j): a maxprob exit's readout at that iteration."""
+    new token costs no torch.cat). Every block APPLICATION has a slot of its own, so a tied block
+    run k times has k; a slot is named by where its block runs:
+        ('prelude', j)              prelude block j
+        (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
+        ('coda', j)                 coda block j, in the model's own readout
+        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration
+    """
     def __init__(self, block_size):
         self.block_size = block_size
         self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
@@ -60,16 +67,19 @@ class KVCache:
 
     def skip(self, segment, i, k, T):
         """A chunk of T tokens that all stopped (exit or ACT) after i iterations skips iterations
-        i..k-1: it computes nothing, and later tokens attending at those iterations read its
-        keys and values of iteration i - 1, the last it ran (the block's, an exit readout's)."""
+        i..k-1: it computes nothing there, and a later token attending at a skipped iteration reads
+        what this chunk had at iteration i - 1, its last one. So each slot of iteration i - 1 (the
+        block's (segment, i - 1), and its exit check's (segment, i - 1, 'coda', j)) is copied to the
+        same slot of every skipped iteration."""
         now = slice(self.pos, self.pos + T)
-        for slot in [s for s in self.kv if s[:2] == (segment, i - 1)]:
+        last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
+        for slot in last_run:
             for j in range(i, k):
-                new = (segment, j) + slot[2:]
-                if new not in self.kv:
-                    self.kv[new] = tuple(torch.empty_like(t) for t in self.kv[slot])
-                for last, skipped in zip(self.kv[slot], self.kv[new]):  # keys, then values
-                    skipped[:, :, now] = last[:, :, now]
+                skipped = (segment, j) + slot[2:]
+                if skipped not in self.kv:
+                    self.kv[skipped] = tuple(torch.empty_like(t) for t in self.kv[slot])
+                for last, copy in zip(self.kv[slot], self.kv[skipped]):  # keys, then values
+                    copy[:, :, now] = last[:, :, now]
 
 class Attention(nn.Module):
     def __init__(self, c):
@@ -87,10 +97,9 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout)
         else:
             k, v = cache.update(slot, k, v)
-            mask = None  # one new token sees every key; a chunk of T is causal, shifted: query t
-            if T > 1:  # (position S - T + t) sees the keys up to S - T + t
-                S = k.size(2)
-                mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
+            # a chunk of T new tokens after S - T cached ones is causal from the lower right: query
+            # t sees keys up to S - T + t. One new token sees every key: no mask (it is faster)
+            mask = causal_lower_right(T, k.size(2)) if T > 1 else None
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -118,8 +127,16 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x), cache, slot)
         return x + self.mlp(self.ln2(x))
 
+class Run(NamedTuple):
+    """What a tied segment's loop reports besides its output state."""
+    depth: object   # iterations per token: an int (every token ran k), or a (B, T) tensor
+    resid: object   # per token, the relative residual |z_k - z_(k-1)| / |z_(k-1)| of its last step
+    moved: object   # the same, not divided by |z_(k-1)| (zeros while training at a fixed depth)
+    states: list    # the state after each step, for multi-depth supervision (fixed depth only)
+
 class Loop(nn.Module):
-    """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z)."""
+    """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z).
+    forward runs it: every token k steps, or fewer per token when a stop rule says so."""
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -140,33 +157,50 @@ class Loop(nn.Module):
     def step(self, z, cache=None, slot=None):
         return z + self.alpha() * (self.block(z, cache, slot) - z)
 
-    def forward(self, z, k, cache=None, segment=0):
-        """Yield the state after each of k steps. The phantom gradient (in training): the first
-        k - phantom_steps steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
+    def forward(self, z, k, stop=None, cache=None, segment=0):
+        """-> (z after the loop, Run). stop: None (every token runs k steps) or a stop rule, called
+        after each step with keywords i, z, resid, running (it takes those it uses) -> a (B, T)
+        bool, True where a token stops now. A single token being decoded needs no masks."""
+        if stop is None:
+            return self.fixed(z, k, cache, segment)
+        if cache is not None and z.shape[:2] == (1, 1):
+            return self.until(z, k, stop, cache, segment)
+        return self.per_token(z, k, stop, cache, segment)
+
+    def fixed(self, z, k, cache=None, segment=0):
+        """Every token k steps. The phantom gradient (in training): the first k - phantom_steps
+        steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
         n_free = max(k - self.c.phantom_steps, 0) if self.c.phantom and self.training else 0
-        z_in = z
+        keep = bool(self.c.supervise)  # multi-depth supervision reads the state after each step
+        z_in, z_prev, states = z, z, []
         for i in range(n_free):
             with torch.no_grad():
-                z = self.step(z, cache, (segment, i))
+                z_prev, z = z, self.step(z, cache, (segment, i))
             # their Jacobian counts as the identity: a straight-through path from the segment's
             # input, so the prelude and embeddings still get a gradient (naive phantom gives none)
             z = z_in + (z - z_in).detach()
-            yield z
+            if keep:
+                states.append(z)
         for i in range(n_free, k):
-            z = self.step(z, cache, (segment, i))
-            yield z
+            z_prev, z = z, self.step(z, cache, (segment, i))
+            if keep:
+                states.append(z)
+        moved = resid = torch.zeros(z.shape[:2], device=z.device)
+        if not torch.is_grad_enabled():  # the probes, for evaluation: training needs none
+            moved, resid = residual(z, z_prev)
+        return z, Run(k, resid, moved, states)
 
     def per_token(self, z, k, stop, cache=None, segment=0):
-        """Per-token depth, the frozen-state protocol: after step i, stop(i, z, r, running)
-        marks the tokens that stop there (r: relative residuals). A stopped token's state is
-        frozen; the others still attend to it. -> z, and per token the steps it ran and the
-        relative and absolute residual of its last one."""
+        """Per-token depth, the frozen-state protocol: a stopped token's state is frozen; the
+        others still attend to it."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
         moved = torch.zeros_like(resid)
         for i in range(k):
-            if not running.any():  # every token has stopped
+            # evaluating, stop once every token has: a data-dependent branch, which training
+            # leaves out (a batch rarely stops whole) so that the graph compiles in one piece
+            if not torch.is_grad_enabled() and not running.any():
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
                 break
@@ -176,8 +210,8 @@ class Loop(nn.Module):
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
             depth = depth + running.long()
             resid = torch.where(running, r, resid)
-            running = running & ~stop(i, z, r, running)
-        return z, depth, resid, moved
+            running = running & ~stop(i=i, z=z, resid=r, running=running)
+        return z, Run(depth, resid, moved, [])
 
     def until(self, z, k, stop, cache, segment=0):
         """Per-token depth for one new token in cached decoding: no other token is frozen or
@@ -188,27 +222,27 @@ class Loop(nn.Module):
             z_new = self.step(z, cache, (segment, i))
             moved, resid = residual(z_new, z)
             z = z_new
-            if stop(i, z, resid, running):
+            if stop(i=i, z=z, resid=resid, running=running):
                 break
         cache.skip(segment, i + 1, k, 1)
-        return z, i + 1, resid, moved
+        return z, Run(i + 1, resid, moved, [])
 
 class Halting:
-    """Graves' ACT for one run of a tied segment, as a stop rule for Loop.per_token. After step i
-    the gate gives each running token a halting probability h; it halts once their sum reaches
-    1 - eps (or at the last step) and weighs that step with the remainder R = 1 - (the sum before).
-    The output is the weighted mean of its states; the ponder cost is N + R (N: the steps run)."""
+    """Graves' ACT for one run of a tied segment, as a stop rule. After step i the gate gives each
+    running token a halting probability h; it halts once their sum reaches 1 - eps (or at the
+    last step) and weighs that step with the remainder R = 1 - (the sum before). The segment's
+    output is `mean`, the weighted mean of its states; the ponder cost is N + R (N: steps run)."""
     def __init__(self, gate, z, k, eps=0.01):
         self.gate, self.k, self.eps = gate, k, eps
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # sum of h over the steps taken so far
-        self.out = torch.zeros_like(z)  # the weighted mean of the states
+        self.mean = torch.zeros_like(z)  # the weighted mean of the states
         self.ponder = torch.zeros(z.shape[:2], device=z.device)
 
-    def __call__(self, i, z, r, running):
+    def __call__(self, i, z, running, **_):
         h = torch.sigmoid(self.gate(z).float()).squeeze(-1)
         halt = running & ((self.cum + h >= 1 - self.eps) | (i == self.k - 1))
         p = torch.where(halt, 1 - self.cum, h) * running  # the weight of this step's state
-        self.out = self.out + p[..., None].to(z.dtype) * z
+        self.mean = self.mean + p[..., None].to(z.dtype) * z
         self.ponder = self.ponder + halt * ((i + 1) + (1 - self.cum))  # N + R, when it halts
         self.cum = self.cum + p  # a halted token's sum is 1: it runs no more steps
         return halt
@@ -267,7 +301,6 @@ class GPT(nn.Module):
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
         B, T = idx.shape
         loops = self.depths(n_loops)
-        total = sum(loops)
         start = 0 if cache is None else cache.pos
         if start + T > self.config.block_size:
             raise ValueError(f"sequence of {start + T} tokens is longer than the model's "
@@ -279,64 +312,68 @@ class GPT(nn.Module):
         z = self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
         for j, block in enumerate(self.prelude):
             z = block(z, cache, ('prelude', j))
-        # the tied segments, each k steps: a fixed depth, or a depth per token (ACT gate, exit)
-        depth = torch.zeros(B, T, dtype=torch.long, device=idx.device)
-        resid = torch.zeros(B, T, device=idx.device)
-        moved = torch.zeros_like(resid)  # |z_k - z_(k-1)|: resid before dividing by |z_(k-1)|
-        losses, ponder, done = {}, torch.zeros_like(resid), 0
+        # the tied segments in turn, each its block k times, or fewer per token where a stop
+        # rule (the ACT gate, a post-hoc exit) says so
+        runs, ponder = [], 0
         for s, (seg, k) in enumerate(zip(self.segments, loops)):
-            per_token = seg.until if cache is not None and B * T == 1 else seg.per_token
-            if self.config.act:
-                halting = Halting(seg.gate, z, k)
-                _, d, resid, moved = per_token(z, k, halting, cache, s)
-                z, ponder = halting.out, ponder + halting.ponder
-            elif exit is not None:
-                z, d, resid, moved = per_token(z, k, self.exit_rule(exit, s, cache), cache, s)
-            else:
-                for i, z_next in enumerate(seg(z, k, cache, s), start=done + 1):
-                    z, z_prev = z_next, z
-                    if targets is not None and i in self.config.supervise and i < total:
-                        losses[i] = self.loss(self.readout(z), targets)  # multi-depth supervision
-                d = k
-                if not torch.is_grad_enabled():  # the probes, for evaluation: training needs none
-                    moved, resid = residual(z, z_prev)
-            depth, done = depth + d, done + k
+            stop = self.stop_rule(exit, s, k, z, cache)
+            z, run = seg(z, k, stop, cache, s)
+            if self.config.act:  # ACT: the output is the halting-weighted mean of the states
+                z, ponder = stop.mean, ponder + stop.ponder
+            runs.append(run)
         # the coda, final LN and head; then the loss
         logits = self.readout(z, cache)
         if cache is not None:
             cache.pos = start + T
-        ponder = ponder.mean() if self.config.act else None  # ACT: mean ponder cost per token
-        loss = None
+        loss, losses = None, {}
         if targets is not None:
-            losses[total] = self.loss(logits, targets)
-            loss = sum(losses.values()) / len(losses)  # the mean over the supervised depths
-            if self.config.act:
-                loss = loss + self.config.halt_penalty * ponder
+            # multi-depth supervision: the loss also at each depth d in supervise (states counted
+            # across the segments in order), the training loss their mean
+            states = [state for run in runs for state in run.states]
+            for d in self.config.supervise:
+                if d < len(states):  # (d = the last depth is the final loss below)
+                    losses[d] = self.loss(self.readout(states[d - 1]), targets)
+            losses[sum(loops)] = self.loss(logits, targets)
+            loss = sum(losses.values()) / len(losses)
+        ponder = ponder.mean() if self.config.act else None  # ACT: mean ponder cost per token
+        if self.config.act and targets is not None:
+            loss = loss + self.config.halt_penalty * ponder
+        # per token: the iterations summed over the segments; the last step's probes
+        depth = torch.zeros(B, T, dtype=torch.long, device=idx.device)
+        resid = moved = torch.zeros(B, T, device=idx.device)  # (a plain transformer: no step)
+        for run in runs:
+            depth, resid, moved = depth + run.depth, run.resid, run.moved
         info = dict(depth=depth, losses=losses, ponder=ponder, resid=resid, moved=moved)
         return logits, loss, info
 
-    def readout(self, z, cache=None, at=()):
-        """coda + final LN + head: the logits a state z gives if the loop stops here. `at` names the
-        readout's cache slots: () for the model's own, (segment, i) for an exit's check."""
+    def readout(self, z, cache=None, check=None):
+        """coda + final LN + head: the logits a state z gives if the loop stops here. check:
+        None for the model's own readout, or (segment, i) for a maxprob exit's check after that
+        iteration, which has cache slots of its own (see KVCache)."""
         for j, block in enumerate(self.coda):
-            z = block(z, cache, at + ('coda', j))
+            z = block(z, cache, ('coda', j) if check is None else (*check, 'coda', j))
         return self.head(self.ln_f(z))
 
     def loss(self, logits, targets):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1)
 
-    def exit_rule(self, exit, segment, cache=None):
-        """Post-hoc per-token exit as a stop rule for Loop.per_token: 'maxprob' stops a token once
-        its readout's top probability reaches t; 'resid' once its relative residual is below t;
-        'depth' (training at per-token random depth) after t (B, T) steps."""
+    def stop_rule(self, exit, segment, k, z, cache=None):
+        """How segment's loop decides each token's depth: None (every token runs k), the ACT gate
+        (Halting), or a post-hoc exit: 'maxprob' stops a token once its readout's top
+        probability reaches t; 'resid' once its relative residual is below t; 'depth' (training
+        at per-token random depth) after t (B, T) steps."""
+        if self.config.act:
+            return Halting(self.segments[segment].gate, z, k)
+        if exit is None:
+            return None
         kind, t = exit
         if kind == 'resid':
-            return lambda i, z, r, running: r < t
+            return lambda resid, **_: resid < t
         if kind == 'depth':
-            return lambda i, z, r, running: i + 1 >= t
+            return lambda i, **_: i + 1 >= t
         if kind != 'maxprob':
             raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or ('depth', t)")
-        def confident(i, z, r, running):
+        def confident(i, z, **_):
             probs = self.readout(z, cache, (segment, i)).float().softmax(-1)
             return probs.amax(-1) >= t
         return confident

@@ -62,27 +62,32 @@ def grads(m):
 
 def run_loop(m, idx, seg_i=0, k=None, exit=None):
     """Call segment seg_i directly (input = prelude output, or previous segments run in full) and record the
-    state after every step: Loop.forward yields them at a fixed depth; with ACT or an exit, a wrapper around
-    Loop.per_token's stop rule sees them. -> (out, depth, ponder, resid, states[k+1]), states[0] the input."""
+    state after every step: Loop.fixed keeps them for supervision; with ACT or an exit, a wrapper around
+    the stop rule sees them. -> (out, depth, ponder, resid, states[k+1]), states[0] the input."""
     z = embed(m, idx)
     for s, kk in zip(m.segments[:seg_i], m.config.loops):
-        z = list(s(z, kk))[-1]
+        z = s(z, kk)[0]
     seg = m.segments[seg_i]
     k = k or m.config.loops[seg_i]
     states = [z.clone()]
     if not m.config.act and exit is None:
-        states += [s.detach().clone() for s in seg(z, k)]
+        zs = [z]
+        for _ in range(k):
+            zs.append(seg.step(zs[-1]))
+        states += [s.detach().clone() for s in zs[1:]]
+        out, run = seg(z, k)
+        assert torch.allclose(out, zs[-1], atol=1e-6)
         resid = residual(states[-1], states[-2])[1]
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
-    rule = Halting(seg.gate, z, k) if m.config.act else m.exit_rule(exit, seg_i)
+    rule = m.stop_rule(exit, seg_i, k, z)
 
-    def stop(i, s, r, running):
-        states.append(s.detach().clone())
-        return rule(i, s, r, running)
-    out, depth, resid, moved = seg.per_token(z, k, stop)
+    def stop(**kw):
+        states.append(kw['z'].detach().clone())
+        return rule(**kw)
+    out, run = seg(z, k, stop)
     if m.config.act:
-        return rule.out, depth, rule.ponder, resid, states
-    return out, depth, None, resid, states
+        return rule.mean, run.depth, rule.ponder, run.resid, states
+    return out, run.depth, None, run.resid, states
 
 
 def peaky(seed=0, wte=40.0, wpe=1.0, **kw):
@@ -563,8 +568,8 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
         halting = Halting(seg.gate, z, 5)
-        _, depth, _, _ = seg.per_token(z, 5, lambda i, s, r, run: states.append(s.clone()) or halting(i, s, r, run))
-        out, ponder = halting.out, halting.ponder
+        _, run = seg(z, 5, lambda z, **kw: states.append(z.clone()) or halting(z=z, **kw))
+        depth, out, ponder = run.depth, halting.mean, halting.ponder
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
     assert len(depth.unique()) >= 3
@@ -958,3 +963,13 @@ def test_chunked_kv_cache_matches_full():
         a = m(idx[:, :4], cache=cache)[0]
         b = m(idx[:, 4:], cache=cache)[0]
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(act=True), dict(phantom=True), dict(supervise=(1, 3))])
+def test_training_forward_compiles_in_one_graph(kw):
+    """torch.compile of a training step sees no data-dependent branch: ACT's per-token loop stops early
+    only when evaluating (no grad), so the whole loss is one graph with no break."""
+    m = make(0, loops=(4,), **kw).train()
+    x, y = batch(2, 8)
+    explained = torch._dynamo.explain(lambda x, y: m(x, y)[1])(x, y)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
