@@ -32,15 +32,26 @@ eval_only = False
 always_save_checkpoint = True
 init_from = 'scratch'  # 'scratch', 'resume', or an out_dir to fine-tune (SFT data)
 dataset = 'topics'
-# the model: every GPTConfig field is a key too, with GPTConfig's defaults (n_embd, loops,
-# phantom, supervise, act, ...), except vocab_size, which comes from the dataset's meta.json
-globals().update({k: v for k, v in asdict(GPTConfig()).items() if k != 'vocab_size'})
+# the model: every GPTConfig field but vocab_size (the dataset's meta.json gives it)
+block_size = 256
+n_embd = 128
+n_head = 4
+n_prelude = 2
+loops = (30,)  # iterations per tied segment; () = a plain transformer
+n_coda = 2
+alpha_init = 0.1
+phantom = False  # backprop through the last phantom_steps iterations only
+phantom_steps = 1
+supervise = ()  # multi-depth supervision: the global depths where the loss is also taken
+act = False  # the ACT halting gate, its ponder cost weighed by halt_penalty
+halt_penalty = 0.01
+dropout = 0.0
+bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
 random_depth = False  # Huginn-style: each step trains at depths drawn around `loops`
 token_depth = False  # each token trains at its own depth, 1..loops, its state frozen after it
 gradient_accumulation_steps = 1  # global: divided among DDP processes
 batch_size = 32
-block_size = 256
 # AdamW and the learning-rate schedule
 learning_rate = 1e-3
 max_iters = 39695
@@ -77,10 +88,17 @@ def resume_command():  # this very command, resuming: it runs as typed
     return shlex.join(['python', *args, '--init_from=resume'])
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'eval_only',
             'overwrite']  # settings of this invocation, which resume never takes from the run
-if init_from != 'scratch':  # resume this run, or fine-tune the run in init_from (weights only)
+# the run: a new model, this run resumed (with its own settings, but for those given now that
+# may change), or a trained run's weights fine-tuned from iter 0 (init_from=<its out_dir>)
+iter_num, best_val_loss = 0, float('inf')
+if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
+    raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
+                     "or start over on purpose with --overwrite=True (or another --out_dir)")
+if init_from != 'scratch':
     model, ckpt = load_checkpoint(ckpt_path if init_from == 'resume' else
                                   os.path.join(init_from, 'ckpt.pt'))
-if init_from == 'resume':  # the run's own settings, but for the ones given now that may change
+if init_from == 'resume':
+    print(f"resuming from {ckpt_path}")
     fixed = [*asdict(model.config), 'dataset', 'block_size']  # what the weights and data depend on
     for key, value in ckpt['config'].items():
         if key in _overridden and key in fixed and globals()[key] != value:
@@ -88,6 +106,31 @@ if init_from == 'resume':  # the run's own settings, but for the ones given now 
                              f"{value!r}, which resuming cannot change; train a new --out_dir")
         if key not in _overridden and key in config_keys and key not in RUN_ONLY:
             globals()[key] = value
+    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+elif init_from != 'scratch':  # fine-tuning: the weights and architecture only
+    print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
+    arch = asdict(model.config)
+    del arch['vocab_size'], arch['block_size']  # (keys of the data)
+    globals().update(arch)  # so the run's saved config shows the model's architecture
+data_dir = os.path.join('data', dataset)
+meta = load_meta(data_dir)
+if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
+    block_size = meta['row'] - 1
+if init_from == 'scratch':
+    torch.manual_seed(seed)  # the initial weights
+    model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
+    model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size']))
+elif (ckpt['meta']['tokenizer'], model.config.vocab_size) != (meta['tokenizer'],
+                                                             meta['vocab_size']):
+    raise ValueError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
+                     f"{meta['vocab_size']}, but the run trained on --dataset="
+                     f"{ckpt['config']['dataset']} ({ckpt['meta']['tokenizer']}, vocab_size "
+                     f"{model.config.vocab_size}): prepare the data with the run's tokenizer")
+elif block_size > model.config.block_size:
+    raise ValueError(f"block_size={block_size} is larger than the model's "
+                     f"{model.config.block_size}: lower it (SFT data: prepare rows of at most "
+                     f"{model.config.block_size + 1} tokens)")
+gptconf = model.config
 # -----------------------------------------------------------------------------
 
 ddp = int(os.environ.get('RANK', -1)) != -1  # started by torchrun?
@@ -107,17 +150,13 @@ master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
 dtype = dtype or ('bfloat16' if device_type == 'cuda' else 'float32')
 ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
-torch.manual_seed(seed)  # the initial weights
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 # data: every rank draws the same global batch positions and takes its share, so N processes
 # see exactly the batch one process would
-data_dir = os.path.join('data', dataset)
-meta = load_meta(data_dir)
 train_data = load_tokens(data_dir, 'train')
 val_data = load_tokens(data_dir, 'val')
-if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
-    block_size = meta['row'] - 1
+if meta['row']:  # SFT rows
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
 for name, data in (('train', train_data), ('val', val_data)):
     if data.ndim == 1 and len(data) <= block_size + 1:
@@ -125,35 +164,6 @@ for name, data in (('train', train_data), ('val', val_data)):
                          f"{block_size + 1}: lower --block_size or prepare more data")
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 
-# model: a new one, the run's own (resume), or a trained run's weights to fine-tune from iter 0
-iter_num, best_val_loss = 0, float('inf')
-if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
-    raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
-                     "or start over on purpose with --overwrite=True (or another --out_dir)")
-if init_from == 'scratch':
-    model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
-    gptconf = GPTConfig(**model_args, vocab_size=meta['vocab_size'])
-    model = GPT(gptconf)
-else:
-    if init_from == 'resume':
-        print(f"resuming from {ckpt_path}")
-    else:  # fine-tuning: the weights and architecture only
-        print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
-        arch = asdict(model.config)
-        del arch['vocab_size'], arch['block_size']  # (keys of the data)
-        globals().update(arch)  # so the run's saved config shows the model's architecture
-    gptconf = model.config
-    if (ckpt['meta']['tokenizer'], gptconf.vocab_size) != (meta['tokenizer'], meta['vocab_size']):
-        raise ValueError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
-                         f"{meta['vocab_size']}, but the run trained on --dataset="
-                         f"{ckpt['config']['dataset']} ({ckpt['meta']['tokenizer']}, vocab_size "
-                         f"{gptconf.vocab_size}): prepare the data with the run's tokenizer")
-    if block_size > gptconf.block_size:
-        raise ValueError(f"block_size={block_size} is larger than the model's "
-                         f"{gptconf.block_size}: lower it (SFT data: prepare rows of at most "
-                         f"{gptconf.block_size + 1} tokens)")
-    if init_from == 'resume':
-        iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
 if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
     os.makedirs(out_dir, exist_ok=True)
     lock = open(os.path.join(out_dir, 'train.lock'), 'w')
