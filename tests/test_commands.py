@@ -1,5 +1,7 @@
-"""Every command in README.md, GUIDE.md and the configs' comments runs as typed in bash: its syntax (bash -n), and its arguments,
-parsed and checked by the script's own configurator.py (NANOLOOP_ARGS_ONLY=1 stops right after that)."""
+"""Every command in README.md, GUIDE.md, RESULTS.md, ERRORS.md and the configs' comments runs as
+typed in bash: its syntax (bash -n), and its arguments, parsed and checked by the script's own
+configurator.py (NANOLOOP_ARGS_ONLY=1 stops right after that). README.md keeps nanoGPT's shape,
+and every link between the pages resolves."""
 import os, re, shlex, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,7 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def commands(text):
-    """`python ...` / `torchrun ...` in inline code and in code blocks, split at &&, comments dropped."""
+    """`python ...` / `torchrun ...` in inline code and code blocks, split at &&, no comments."""
     spans = re.findall(r'`((?:python|torchrun) [^`]+)`', text)
     for block in re.findall(r'```(?:sh|bash)?\n(.*?)```', text, re.S):
         spans += [line for line in block.splitlines() if line.startswith(('python ', 'torchrun '))]
@@ -25,7 +27,8 @@ def script_and_args(cmd):
     return None if i is None else (words[i], tuple(words[i + 1:]))
 
 
-DOCS = ['README.md', 'GUIDE.md', *sorted(str(p.relative_to(REPO)) for p in REPO.glob('config/*.py'))]
+PAGES = ['README.md', 'GUIDE.md', 'RESULTS.md', 'ERRORS.md']
+DOCS = [*PAGES, *sorted(str(p.relative_to(REPO)) for p in REPO.glob('config/*.py'))]
 
 def doc_commands(doc):
     text = (REPO / doc).read_text()
@@ -38,13 +41,14 @@ ALL = sorted({(doc, cmd) for doc in DOCS for cmd in doc_commands(doc)})
 
 
 def test_the_docs_have_commands():
-    assert len(ALL) >= 35 and {'README.md', 'GUIDE.md', 'config/smoke.py'} <= {doc for doc, _ in ALL}
+    docs = {doc for doc, _ in ALL}
+    assert len(ALL) >= 35 and {'README.md', 'GUIDE.md', 'config/smoke.py'} <= docs
     assert any(cmd.startswith('torchrun') for _, cmd in ALL)
 
 
 @pytest.fixture(scope='module')
 def parsed():
-    """Each distinct script + arguments, checked once, all at once (most of a run is torch's import)."""
+    """Each script + arguments, checked once, all at once (most of a run is torch's import)."""
     env = {**os.environ, 'NANOLOOP_ARGS_ONLY': '1', 'OMP_NUM_THREADS': '1'}
     runs = sorted({p for _, cmd in ALL if (p := script_and_args(cmd))})
 
@@ -71,3 +75,42 @@ def test_a_broken_command_is_caught():
         ['python bench.py --phantom_ks=(1,4)', 'python -m pytest -q']
     assert subprocess.run(['bash', '-n', '-c', 'python bench.py --phantom_ks=(1,4)'],
                           capture_output=True).returncode != 0
+
+
+def test_readme_is_short():
+    lines = (REPO / 'README.md').read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines: move detail to RESULTS.md"
+    assert [i for i, line in enumerate(lines, 1) if len(line) > 100] == []
+
+
+def anchor(heading):
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
+
+
+def broken_links(doc, text):
+    """-> the relative links of a page whose file or #heading does not exist."""
+    out = []
+    for target in re.findall(r'\]\(([^)\s]+)\)', text):
+        if re.match(r'\w+:', target):
+            continue  # https://..., mailto:
+        file, _, name = target.partition('#')
+        path = REPO / (file or doc)
+        if not path.exists():
+            out.append(target)
+        elif name:  # a heading of a page, code blocks aside ('# comment' lines are not headings)
+            page = re.sub(r'```.*?```', '', path.read_text(), flags=re.S)
+            if name not in map(anchor, re.findall(r'^#+ (.*)$', page, re.M)):
+                out.append(target)
+    return out
+
+
+@pytest.mark.parametrize('doc', PAGES)
+def test_links_resolve(doc):
+    assert broken_links(doc, (REPO / doc).read_text()) == []
+
+
+def test_a_broken_link_is_caught():
+    text = ('[a](RESULTS.md#performance) [b](RESULTS.md#no-such) [c](NOPE.md) [d](#quick-start) '
+            '[e](https://x.org)')
+    assert broken_links('README.md', text) == ['RESULTS.md#no-such', 'NOPE.md']
