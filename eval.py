@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from model import load_checkpoint
-from prepare import data_error, get_tokenizer, load_meta, load_tokens, read_eval_docs
+from prepare import (data_error, dataset_folder, get_tokenizer, load_meta, load_tokens,
+                     read_eval_docs, split_folder)
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -38,7 +39,6 @@ _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start
 # per exit kind: the thresholds of the early-exit curve, and the one for per-topic depth
 DEFAULTS = {'maxprob': ((0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 0.9),
             'resid': ((0.2, 0.1, 0.05, 0.02, 0.01), 0.05)}
-ctx = nullcontext()     # float32 on CPU; bf16 autocast on CUDA (set below)
 
 def pack_docs(docs_tokens, eot, T):
     """Each document + EOT -> one row of T tokens, truncated or right-padded with EOT.
@@ -53,67 +53,69 @@ def pack_docs(docs_tokens, eot, T):
     return x, real
 
 @torch.no_grad()
-def score(model, x, n_loops=None, exit=None, label='eval docs'):
-    """-> per-token nll, depth and the probes (resid, moved, entropy) of token rows x: nll[:, j - 1]
-    scores target position j (the logits at j - 1 predict x[:, j]). The plain NLL, not the loss."""
-    out, t0 = [], time.time()
+def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
+    """-> nll, depth and the probes (resid, moved, entropy) of each PREDICTION in token rows x,
+    each (N, T - 1): column j is the prediction of x[:, j + 1] from x[:, :j + 1] (the logits,
+    depth and state at position j). The plain NLL, not the training loss."""
+    out, t0, device = [], time.time(), model.head.weight.device
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
-        with ctx:
-            logits, _, info = model(xb, n_loops=n_loops, exit=exit)
-        nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), xb[:, 1:], reduction='none')
-        entropy = -(logits.float().softmax(-1) * logits.float().log_softmax(-1)).sum(-1)
-        probes = (info['resid'], info['moved'], entropy)
-        out.append((nll.cpu(), info['depth'].cpu(), *(t.float().cpu() for t in probes)))
+        logits, _, info = model(xb, n_loops=n_loops, exit=exit)
+        logits = logits[:, :-1].float()  # the last position predicts nothing in the row
+        nll = F.cross_entropy(logits.transpose(1, 2), xb[:, 1:], reduction='none')
+        entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+        depth, resid, moved = (info[key][:, :-1] for key in ('depth', 'resid', 'moved'))
+        out.append([nll.cpu(), depth.cpu(), *(t.float().cpu() for t in (resid, moved, entropy))])
         if time.time() - t0 > 5:  # a counter, every 5 s of a slow eval
             print(f"  {label}: {i + len(xb)}/{len(x)} rows", flush=True)
             t0 = time.time()
     return [torch.cat(column) for column in zip(*out)]
 
 def suffix_nll(nll, real, start):
-    """The paper's benchmark: the loss on target positions start..T-1. 'unmasked' counts every
-    target, pad included; 'masked' only the real ones. When most targets are pad, the two can rank
-    models oppositely: report both, and the pad share."""
-    nll, real = nll[:, start - 1:], real[:, start:]
+    """The paper's benchmark: the loss on target positions start..T-1 (score's columns start - 1
+    on). 'unmasked' counts every target, pad included; 'masked' only the real ones (real: the
+    targets', (N, T - 1)). When most targets are pad, the two can rank models oppositely: report
+    both, and the pad share."""
+    nll, real = nll[:, start - 1:], real[:, start - 1:]
     masked = nll[real].mean().item() if real.any() else None
     pad_fraction = 1 - real.float().mean().item()
     return dict(masked=masked, unmasked=nll.mean().item(), pad_fraction=pad_fraction)
 
-def val_rows(data, T):
-    """Rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
+def val_rows(data, T, n, seed):
+    """n rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
     if len(data) <= T:
         raise ValueError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
-    g = torch.Generator().manual_seed(seed)
-    ix = torch.randint(len(data) - T, (eval_iters * batch_size,), generator=g)
+    ix = torch.randint(len(data) - T, (n,), generator=torch.Generator().manual_seed(seed))
     return torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in ix.tolist()])
 
-def val_nll(model, rows, n_loops=None, exit=None):
-    """-> (mean NLL, mean loop iterations per predicting token) on the val rows."""
-    nll, depth, *_ = score(model, rows, n_loops, exit, f"val, {exit or f'k={n_loops}'}")
-    return nll.mean().item(), depth[:, :-1].float().mean().item()
+def val_nll(model, rows, batch_size, n_loops=None, exit=None):
+    """-> (mean NLL, mean loop iterations per prediction) on the val rows."""
+    nll, depth, *_ = score(model, rows, batch_size, n_loops, exit, f"val, {exit or f'k={n_loops}'}")
+    return nll.mean().item(), depth.float().mean().item()
 
-def depth_scan(model, rows):
+def depth_scan(model, rows, batch_size):
     """Val NLL with every tied segment looped k = 1, 2, 4, ... times up to the trained depth and
     twice it. Trained at the last depth only, NLL falls with k; trained at every depth, it is flat
     from k = 1 (the trade-off law). A plain transformer is scored once, as k = 0."""
     trained = max(model.config.loops, default=0)
     ks = sorted({2 ** i for i in range(trained.bit_length())} | {trained, 2 * trained})
-    scan = [(k, *val_nll(model, rows, k or None)) for k in ks]
+    scan = [(k, *val_nll(model, rows, batch_size, k or None)) for k in ks]
     return [dict(k=k, nll=nll, mean_depth=mean_depth) for k, nll, mean_depth in scan]
 
-def early_exit_curve(model, rows, scan):
-    """Post-hoc per-token exit beside uniform depth at the same mean compute (interpolated
-    between the whole depths around it). Empty for ACT (its gate picks the depth) or no loop."""
+def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
+    """Post-hoc per-token exit of this kind at each threshold, beside uniform depth at the same
+    mean compute (interpolated between the whole depths around it). Empty for ACT (its gate
+    picks the depth) or no loop."""
     if model.config.act or not model.config.loops:
         return []
     uniform = {s['k']: s['nll'] for s in scan}  # k -> NLL, filled in where the curve needs it
     curve = []
-    for t in thresholds or DEFAULTS[exit_kind][0]:
-        nll, mean_depth = val_nll(model, rows, exit=(exit_kind, t))
+    for t in thresholds:
+        nll, mean_depth = val_nll(model, rows, batch_size, exit=(kind, t))
         k = mean_depth / len(model.config.loops)  # the same compute as k in every segment
         for whole in {max(1, math.floor(k)), math.ceil(k)} - set(uniform):
-            uniform[whole] = val_nll(model, rows, whole)[0]
+            uniform[whole] = val_nll(model, rows, batch_size, whole)[0]
         ks, nlls = zip(*sorted(uniform.items()))
         u = float(np.interp(k, ks, nlls))
         curve.append(dict(threshold=t, mean_depth=mean_depth, nll=nll, uniform_nll=u))
@@ -124,18 +126,17 @@ def topic_depths(nll, depth, real, topics):
     suffix: less noise), the mean iterations spent on those predictions, and how many."""
     out = {}
     for topic in sorted(set(topics)):
-        m = real[:, 1:] & torch.tensor([t == topic for t in topics])[:, None]
-        mean_depth = depth[:, :-1][m].float().mean().item()
+        m = real & torch.tensor([t == topic for t in topics])[:, None]
+        mean_depth = depth[m].float().mean().item()
         out[topic] = dict(nll=nll[m].mean().item(), mean_depth=mean_depth, tokens=int(m.sum()))
     return out
 
 def probe(nll, signal, real):
     """Pearson r between a per-token signal (of its state, at its last step) and the NLL of its
-    prediction, over real tokens: does a state that still moves signal uncertainty? (The paper:
+    prediction, over real targets: does a state that still moves signal uncertainty? (The paper:
     weakly, r = +0.27..0.39, for the relative residual |z_k - z_(k-1)| / |z_(k-1)|.)"""
-    m = real[:, 1:]
     with np.errstate(all='ignore'):  # undefined (None) for a constant residual: no loop
-        r = np.corrcoef(signal[:, :-1][m].numpy(), nll[m].numpy())[0, 1] if m.sum() > 1 else np.nan
+        r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
 def svg_chart(title, series):
@@ -216,8 +217,9 @@ def evaluate(out_dir):
                          f"1..{T - 1}, or 0 for the default")
     # the paper scores targets 193..255 of 256; the report says which ones were scored
     start = suffix_start or min(max(round(193 * T / 256), 1), T - 1)
-    byte = '_byte' if ckpt['config']['dataset'].endswith('_byte') else ''  # the model's tokenizer
-    name = dataset.removesuffix('_byte') + byte if dataset else ckpt['config']['dataset']
+    name = ckpt['config']['dataset']  # the model's own, or another dataset in its tokenizer
+    if dataset:
+        name = dataset_folder(split_folder(dataset)[0], ckpt['meta']['tokenizer'])
     data_dir = os.path.join('data', name)
     meta = load_meta(data_dir)
     if meta['vocab_size'] != c.vocab_size:
@@ -234,18 +236,20 @@ def evaluate(out_dir):
     tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
               for d in docs]
     x, real = pack_docs(tokens, eot, T)
+    real = real[:, 1:]  # is each prediction's TARGET real: aligned with score's columns
     # at the trained depth: suffix NLL, topic NLL, the probes (and the ACT gate's depth)
-    nll, depth, resid, moved, entropy = score(model, x)
+    nll, depth, resid, moved, entropy = score(model, x, batch_size)
     probes = {'relative residual': probe(nll, resid, real), 'absolute residual':
               probe(nll, moved, real), 'entropy': probe(nll, entropy, real)}
     source = 'the ACT gate' if c.act else 'no loop'
     if c.loops and not c.act:  # without ACT, a post-hoc exit decides how deep each token goes
         source = f"post-hoc {exit_kind} exit at threshold {topic_threshold}"
-        _, depth, *_ = score(model, x, exit=(exit_kind, topic_threshold))
-    rows = val_rows(load_tokens(data_dir, 'val'), T)
-    scan = depth_scan(model, rows)
-    report = dict(suffix_nll=suffix_nll(nll, real, start), depth_scan=scan,
-                  early_exit=early_exit_curve(model, rows, scan),
+        _, depth, *_ = score(model, x, batch_size, exit=(exit_kind, topic_threshold))
+    rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
+    scan = depth_scan(model, rows, batch_size)
+    curve = early_exit_curve(model, rows, scan, batch_size, exit_kind,
+                             thresholds or DEFAULTS[exit_kind][0])
+    report = dict(suffix_nll=suffix_nll(nll, real, start), depth_scan=scan, early_exit=curve,
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
@@ -277,6 +281,7 @@ if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
-    reports = {d: evaluate(d) for d in out_dir.split(',')}
+    with ctx:  # bf16 autocast on CUDA, around the whole evaluation
+        reports = {d: evaluate(d) for d in out_dir.split(',')}
     if len(reports) > 1:
         rank(reports)

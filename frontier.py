@@ -78,7 +78,7 @@ def select(nll, confident):
 def policies(model, rows):
     """-> {policy: [(threshold or k, mean depth, NLL)]} of one model."""
     if model.config.act:
-        nll, depth = ev.val_nll(model, rows)
+        nll, depth = ev.val_nll(model, rows, batch_size)
         return {'ACT': [(model.config.halt_penalty, depth, nll)]}
     nll, maxprob, resid = every_depth(model, rows)
     out = {'fixed': [(k + 1, k + 1.0, n.item()) for k, n in enumerate(nll.mean(1))]}
@@ -87,7 +87,7 @@ def policies(model, rows):
         chosen = [select(nll, signal(t)) for t in t_all]
         out[f'selection {kind}'] = [(t, d.float().mean().item(), n.mean().item())
                                     for t, (n, d) in zip(t_all, chosen)]
-        frozen = [ev.val_nll(model, rows, exit=(kind, t)) for t in t_all]
+        frozen = [ev.val_nll(model, rows, batch_size, exit=(kind, t)) for t in t_all]
         out[f'frozen {kind}'] = [(t, depth, n) for t, (n, depth) in zip(t_all, frozen)]
     return out
 
@@ -134,15 +134,14 @@ def write(table):
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    ev.eval_iters, ev.batch_size, ev.device = eval_iters, batch_size, device
     os.makedirs(results, exist_ok=True)
     table = {}
     for name, (out_dir, args) in MODELS.items():
         train(out_dir, args)
         model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
         model.eval()
-        rows = ev.val_rows(load_tokens(os.path.join('data', ckpt['config']['dataset']), 'val'),
-                           model.config.block_size)
+        val = load_tokens(os.path.join('data', ckpt['config']['dataset']), 'val')
+        rows = ev.val_rows(val, model.config.block_size, eval_iters * batch_size, seed=1337)
         table[name] = policies(model, rows)
         print(f"measured {name}", flush=True)
     write(table)

@@ -47,12 +47,17 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; dec
     decode = lambda ids: enc.decode([i for i in map(int, ids) if i < enc.eot_token])
     return enc.encode_ordinary, decode, enc.eot_token
 
+def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/topics_byte bytes
+    return dataset + ('_byte' if tokenizer == 'byte' else '')
+def split_folder(folder):  # the inverse: 'topics_byte' -> ('topics', 'byte')
+    return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
+
 def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
     extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-    return kind(f"{path} {why}; make it with: python prepare.py --dataset="
-                f"{name.removesuffix('_byte')} --tokenizer="
-                f"{'byte' if name.endswith('_byte') else 'gpt2'}{extra}")
+    dataset, tokenizer = split_folder(name)
+    return kind(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
+                f"--tokenizer={tokenizer}{extra}")
 
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
     path = os.path.join(data_dir, 'meta.json')
@@ -244,7 +249,7 @@ def main():
     lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
     files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
              'meta.json': [json.dumps(meta, indent=2).encode()]}  # last: it means complete
-    out_dir = os.path.join(data_root, dataset + ('_byte' if tokenizer == 'byte' else ''))
+    out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
     for name, pieces in files.items():
         with created(os.path.join(out_dir, name)) as f:
             for piece in pieces:  # bytes or token arrays; a shard is memory-mapped: the OS pages it

@@ -24,13 +24,13 @@ def test_suffix_nll_matches_hand_computation():
             [eot, 7]]            # an EOT id inside the text is still real: real is decided by position
     x, real = ev.pack_docs(docs, eot, T)
     assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
-    nll, depth, resid, moved, entropy = ev.score(model, x)
-    got = ev.suffix_nll(nll, real, start)
+    nll, depth, resid, moved, entropy = ev.score(model, x, 8)
+    got = ev.suffix_nll(nll, real[:, 1:], start)
     with torch.no_grad():  # by hand: the logits at j - 1 predict token j; target j is real if j <= the doc's EOT index
         logits, _, info = model(x)
     logp = F.log_softmax(logits.float(), -1)
-    assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1), atol=1e-5)  # the entropy probe, per position
-    assert (moved > 0).all() and torch.allclose(resid, info['resid']) and torch.allclose(moved, info['moved'])
+    assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1)[:, :-1], atol=1e-5)  # the entropy probe, per position
+    assert (moved > 0).all() and torch.allclose(resid, info['resid'][:, :-1]) and torch.allclose(moved, info['moved'][:, :-1])
     masked, unmasked = [], []
     for i, doc in enumerate(docs):
         for j in range(start, T):
@@ -41,25 +41,25 @@ def test_suffix_nll_matches_hand_computation():
     assert got['masked'] == pytest.approx(np.mean(masked), rel=1e-5)
     assert got['unmasked'] == pytest.approx(np.mean(unmasked), rel=1e-5)
     assert got['pad_fraction'] == pytest.approx(1 - len(masked) / len(unmasked))
-    assert depth.shape == resid.shape == (4, T) and (depth == 4).all()
+    assert depth.shape == resid.shape == (4, T - 1) and (depth == 4).all()  # one column a prediction
 
 def test_depth_scan_and_early_exit():
     model = tiny(loops=(4,))
     rows = torch.randint(0, 20, (6, 16), generator=torch.Generator().manual_seed(1))
-    scan = ev.depth_scan(model, rows)
+    scan = ev.depth_scan(model, rows, 4)
     assert [s['k'] for s in scan] == [1, 2, 4, 8] and all(s['mean_depth'] == s['k'] for s in scan)
-    curve = ev.early_exit_curve(model, rows, scan)
+    curve = ev.early_exit_curve(model, rows, scan, 4, 'maxprob', ev.DEFAULTS['maxprob'][0])
     assert [c['threshold'] for c in curve] == list(ev.DEFAULTS['maxprob'][0])
     for c in curve:
         assert 1 <= c['mean_depth'] <= 4 and c['uniform_nll'] > 0
-    assert [s['k'] for s in ev.depth_scan(tiny(loops=(3,)), rows)] == [1, 2, 3, 6]
-    assert [s['k'] for s in ev.depth_scan(tiny(loops=()), rows)] == [0]  # a plain transformer: scored once
-    assert ev.early_exit_curve(tiny(loops=(3,), act=True), rows, scan) == []  # the ACT gate picks the depth itself
+    assert [s['k'] for s in ev.depth_scan(tiny(loops=(3,)), rows, 4)] == [1, 2, 3, 6]
+    assert [s['k'] for s in ev.depth_scan(tiny(loops=()), rows, 4)] == [0]  # a plain transformer: scored once
+    assert ev.early_exit_curve(tiny(loops=(3,), act=True), rows, scan, 4, 'maxprob', (0.5,)) == []  # the ACT gate picks the depth itself
 
-def test_early_exit_extremes(monkeypatch):
-    monkeypatch.setattr(ev, 'thresholds', (0.0, 1.1))  # 0: every token exits after one step; 1.1: none exits
+def test_early_exit_extremes():
     model, rows = tiny(loops=(3,)), torch.randint(0, 20, (4, 16), generator=torch.Generator().manual_seed(2))
-    lo, hi = ev.early_exit_curve(model, rows, ev.depth_scan(model, rows))
+    # threshold 0: every token exits after one step; 1.1: none exits
+    lo, hi = ev.early_exit_curve(model, rows, ev.depth_scan(model, rows, 4), 4, 'maxprob', (0.0, 1.1))
     assert lo['mean_depth'] == 1 and lo['nll'] == pytest.approx(lo['uniform_nll'], rel=1e-5)  # exit at 1 == uniform k=1
     assert hi['mean_depth'] == 3 and hi['nll'] == pytest.approx(hi['uniform_nll'], rel=1e-5)  # no exit == uniform k=3
 

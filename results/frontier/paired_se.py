@@ -4,9 +4,9 @@
 import torch, eval as ev, frontier as fr
 from model import load_checkpoint
 from prepare import load_tokens
-ev.eval_iters, ev.batch_size, ev.device = 10, 16, 'cpu'; fr.batch_size = 16
+fr.batch_size = 16
 m, ck = load_checkpoint('out-cpu-multi/ckpt.pt'); m.eval()
-rows = ev.val_rows(load_tokens('data/topics_byte', 'val'), 128)
+rows = ev.val_rows(load_tokens('data/topics_byte', 'val'), 128, 10 * 16, 1337)
 nll, maxprob, resid = fr.every_depth(m, rows)
 for t in (0.1, 0.05):
     chosen, depth = fr.select(nll, resid < t)
