@@ -14,8 +14,12 @@ from ast import literal_eval
 from difflib import get_close_matches
 
 def _excepthook(kind, err, tb, _default=sys.excepthook):
-    # bad input: a ValueError or FileNotFoundError that nanoloop raised on purpose (the failing
-    # line is a `raise` in one of its files) names the fix already: one line. Any other is a bug.
+    """nanoloop's error policy, all of it. Bad input is a ValueError or FileNotFoundError raised
+    on purpose, on a `raise` line in one of nanoloop's own files, with a message that names the
+    problem and the fix: it prints as one line, 'error: <message>' (exit status 1). Any other
+    exception, or one raised inside torch, numpy or the standard library, is a bug until shown
+    otherwise: it keeps its traceback. So where bad input makes a library fail (a file that is not
+    JSON, a full disk), the code catches that error and raises its own, naming the fix."""
     last = traceback.extract_tb(tb)[-1] if tb else None
     ours = last and os.path.dirname(os.path.abspath(last.filename)) == _HERE
     if issubclass(kind, (ValueError, FileNotFoundError)) and ours and last.line.startswith('raise'):
