@@ -139,19 +139,49 @@ def probe(nll, signal, real):
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-def svg_chart(title, series):
-    """NLL against mean depth as a line chart in plain SVG; series: [(name, colour, [(x, y)])]."""
+def ticks(lo, hi, n=5):
+    """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
+    raw = (hi - lo) / n
+    step = min((m * 10 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)),
+               key=lambda st: abs(st - raw))
+    return np.arange(math.ceil(lo / step) * step, hi + step / 1e6, step)
+
+CHART_W, CHART_H = 520, 240  # one chart, in pixels; the legend takes the right 150
+
+def svg_chart(title, series, xlabel='mean loop iterations per token', ylabel='val NLL'):
+    """A line chart in plain SVG: axes with ticks and gridlines, a point per value, a legend.
+    series: [(name, colour, [(x, y)])]."""
     points = [p for _, _, ps in series for p in ps] or [(0, 0)]
-    (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0) + 1e-9
-    xy = lambda x, y: f"{50 + 280 * (x - x0) / (x1 - x0):.1f},{170 - 140 * (y-y0) / (y1-y0):.1f}"
-    svg = (f'<svg width="400" height="200" font-size="11"><text x="50" y="12">{title}</text>'
-           f'<text y="34">{y1:.2f}</text><text y="170">{y0:.2f}</text>'
-           f'<text x="50" y="192">depth {x0:.1f}</text><text x="300" y="192">{x1:.1f}</text>')
+    (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0)
+    x1, y1 = max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)  # a flat line still gets an axis
+    left, right, top, bottom = 56, CHART_W - 150, 24, CHART_H - 40  # the plot area
+    px = lambda x: left + (right - left) * (x - x0) / (x1 - x0)
+    py = lambda y: bottom - (bottom - top) * (y - y0) / (y1 - y0)
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_W}" height="{CHART_H}" '
+           f'font-family="sans-serif" font-size="11"><text x="{left}" y="14">{title}</text>']
+    for x in ticks(x0, x1):  # vertical gridlines, labelled under the x axis
+        svg.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{bottom}" '
+                   f'stroke="#ddd"/><text x="{px(x):.1f}" y="{bottom + 14}" '
+                   f'text-anchor="middle">{x:g}</text>')
+    for y in ticks(y0, y1):  # horizontal gridlines, labelled left of the y axis
+        svg.append(f'<line x1="{left}" x2="{right}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 4}" y="{py(y) + 4:.1f}" '
+                   f'text-anchor="end">{y:.3g}</text>')
+    svg.append(f'<polyline fill="none" stroke="black" points="{left},{top} {left},{bottom} '
+               f'{right},{bottom}"/><text x="{(left + right) / 2}" y="{CHART_H - 6}" '
+               f'text-anchor="middle">{xlabel}</text><text transform="translate(12,'
+               f'{(top + bottom) / 2}) rotate(-90)" text-anchor="middle">{ylabel}</text>')
     for i, (name, colour, ps) in enumerate(series):
-        line = ' '.join(xy(x, y) for x, y in sorted(dict(ps).items()))  # one point per depth
-        svg += f'<polyline fill="none" stroke="{colour}" points="{line}"/>'
-        svg += f'<text x="300" y="{30 + 14 * i}" fill="{colour}">{name}</text>'
-    return svg + '</svg>'
+        ps = sorted(dict(ps).items())  # one point per x
+        line = ' '.join(f"{px(x):.1f},{py(y):.1f}" for x, y in ps)
+        svg.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{line}"/>')
+        svg += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}"/>'
+                for x, y in ps]
+        ly = top + 6 + 16 * i  # the legend: a swatch and the name
+        svg.append(f'<line x1="{right + 12}" x2="{right + 30}" y1="{ly}" y2="{ly}" '
+                   f'stroke="{colour}" stroke-width="3"/><text x="{right + 34}" '
+                   f'y="{ly + 4}">{html_lib.escape(name)}</text>')
+    return ''.join(svg) + '</svg>'
 
 def write_html(path, docs, tokens, depth, decode, report):
     """The depth map: three documents per topic, each token coloured by the iterations spent

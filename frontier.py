@@ -123,10 +123,11 @@ def write(table):
             points = [point for _, _, model_points in series[1:] for point in model_points]
             series = series[:1] + [('ACT', 'purple', points)]
         charts.append(ev.svg_chart(f"{policy}: val NLL against mean depth", series))
-    svg = ''.join(f'<g transform="translate(0,{200 * i})">{c}</g>' for i, c in enumerate(charts))
+    svg = ''.join(f'<g transform="translate(0,{ev.CHART_H * i})">{c}</g>'
+                  for i, c in enumerate(charts))
     with open(os.path.join(results, 'frontier.svg'), 'w') as f:
-        f.write(f'<svg xmlns="http://www.w3.org/2000/svg" width="400" '
-                f'height="{200 * len(charts)}">{svg}</svg>\n')
+        f.write(f'<svg xmlns="http://www.w3.org/2000/svg" width="{ev.CHART_W}" '
+                f'height="{ev.CHART_H * len(charts)}">{svg}</svg>\n')
     with open(os.path.join(results, 'frontier.json'), 'w') as f:
         json.dump(table, f, indent=1)
     print('\n'.join(rows))
