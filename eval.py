@@ -247,9 +247,9 @@ def evaluate(out_dir):
                          f"1..{T - 1}, or 0 for the default")
     # the paper scores targets 193..255 of 256; the report says which ones were scored
     start = suffix_start or min(max(round(193 * T / 256), 1), T - 1)
-    name = ckpt['config']['dataset']  # the model's own, or another dataset in its tokenizer
+    name = ckpt['config']['dataset']  # the model's own, or another in its tokenizer
     if dataset:
-        name = dataset_folder(split_folder(dataset)[0], ckpt['meta']['tokenizer'])
+        name = dataset_folder(split_folder(dataset)[0], split_folder(name)[1])
     data_dir = os.path.join('data', name)
     meta = load_meta(data_dir)
     if meta['vocab_size'] != c.vocab_size:

@@ -91,9 +91,6 @@ RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'ev
 # the run: a new model, this run resumed (with its own settings, but for those given now that
 # may change), or a trained run's weights fine-tuned from iter 0 (init_from=<its out_dir>)
 iter_num, best_val_loss = 0, float('inf')
-if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
-    raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
-                     "or start over on purpose with --overwrite=True (or another --out_dir)")
 if init_from != 'scratch':
     model, ckpt = load_checkpoint(ckpt_path if init_from == 'resume' else
                                   os.path.join(init_from, 'ckpt.pt'))
@@ -114,8 +111,18 @@ elif init_from != 'scratch':  # fine-tuning: the weights and architecture only
     globals().update(arch)  # so the run's saved config shows the model's architecture
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
+train_data = load_tokens(data_dir, 'train')
+val_data = load_tokens(data_dir, 'val')
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
     block_size = meta['row'] - 1
+    train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
+for name, data in (('train', train_data), ('val', val_data)):
+    if data.ndim == 1 and len(data) <= block_size + 1:
+        raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
+                         f"{block_size + 1}: lower --block_size or prepare more data")
+if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
+    raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
+                     "or start over on purpose with --overwrite=True (or another --out_dir)")
 if init_from == 'scratch':
     torch.manual_seed(seed)  # the initial weights
     model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
@@ -152,16 +159,6 @@ dtype = dtype or ('bfloat16' if device_type == 'cuda' else 'float32')
 ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
-# data: every rank draws the same global batch positions and takes its share, so N processes
-# see exactly the batch one process would
-train_data = load_tokens(data_dir, 'train')
-val_data = load_tokens(data_dir, 'val')
-if meta['row']:  # SFT rows
-    train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
-for name, data in (('train', train_data), ('val', val_data)):
-    if data.ndim == 1 and len(data) <= block_size + 1:
-        raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
-                         f"{block_size + 1}: lower --block_size or prepare more data")
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 
 if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
@@ -183,6 +180,8 @@ if compile:
 if ddp:
     model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == 'cuda' else None)
 
+# data: every rank draws the same global batch positions and takes its share, so N processes
+# see exactly the batch one process would
 def draw(data, shape, g):  # random rows: their start positions in the token stream, or SFT rows
     return torch.randint(len(data) - (block_size if data.ndim == 1 else 0), shape, generator=g)
 
