@@ -12,7 +12,7 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import load_checkpoint
+from model import autocast_dtype, load_checkpoint
 from prepare import data_error, get_tokenizer, load_meta, load_tokens, read_eval_docs
 
 # -----------------------------------------------------------------------------
@@ -20,6 +20,7 @@ out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes 
 dataset = ''            # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
 table = 'eval_table.json'  # with several out_dirs (a,b,c): their ranking, written here
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
+dtype = ''              # '' = bf16 autocast on CUDA and on CPUs with bf16 instructions
 batch_size = 8
 eval_iters = 10         # val batches for the depth scan and the early-exit curve
 block_size = 0          # 0 = the model's
@@ -33,12 +34,13 @@ seed = 1337
 _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
           'topic_threshold >= 0', 'max_docs >= 1', '0 <= seed < 2**64',
           "exit_kind in ('maxprob', 'resid')",  # configurator.py checks these rules
-          'all(type(t) in (int, float) and t >= 0 for t in thresholds)']
+          'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
+          "dtype in ('', 'float32', 'bfloat16')"]
 # -----------------------------------------------------------------------------
 # per exit kind: the thresholds of the early-exit curve, and the one for per-topic depth
 DEFAULTS = {'maxprob': ((0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 0.9),
             'resid': ((0.2, 0.1, 0.05, 0.02, 0.01), 0.05)}
-ctx = nullcontext()     # float32 on CPU; bf16 autocast on CUDA (set below)
+ctx = nullcontext()     # float32; bf16 autocast where dtype says (set below)
 
 def pack_docs(docs_tokens, eot, T):
     """Each document + EOT -> one row of T tokens, truncated or right-padded with EOT.
@@ -276,7 +278,10 @@ def rank(reports):
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
-    ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
+    device_type = 'cuda' if 'cuda' in device else 'cpu'
+    dtype, precision = autocast_dtype(device_type, dtype)
+    ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+    print(precision)
     reports = {d: evaluate(d) for d in out_dir.split(',')}
     if len(reports) > 1:
         rank(reports)

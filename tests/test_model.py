@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, RULES, Halting, KVCache, load_checkpoint, residual
+from model import GPT, GPTConfig, RULES, Halting, KVCache, autocast_dtype, load_checkpoint, residual
 
 V = 50  # vocab size of every test model
 
@@ -958,3 +958,18 @@ def test_chunked_kv_cache_matches_full():
         a = m(idx[:, :4], cache=cache)[0]
         b = m(idx[:, 4:], cache=cache)[0]
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("amx, avx512_bf16", [(False, False), (True, False), (False, True), (True, True)])
+def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypatch, amx, avx512_bf16):
+    """dtype='' picks bf16 autocast on a CPU whose instructions make it fast, float32 on one that would
+    emulate it; the line says which and why. CUDA: bf16; a dtype given is kept."""
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: amx)
+    monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: avx512_bf16)
+    has = ' and '.join(n for n, on in (('AMX', amx), ('avx512_bf16', avx512_bf16)) if on)
+    want = ('bfloat16', f'bfloat16 autocast: this CPU has {has} instructions') if has else \
+        ('float32', 'float32: this CPU has no bf16 instructions')
+    assert autocast_dtype('cpu') == autocast_dtype('cpu', '') == want
+    assert autocast_dtype('cuda') == ('bfloat16', 'bfloat16 autocast: the default on CUDA')
+    assert autocast_dtype('cpu', 'float32') == ('float32', 'float32: --dtype=float32')
+    assert autocast_dtype('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')
