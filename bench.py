@@ -3,6 +3,8 @@ What depth costs, in one table. Every row is measured in the same run, so compar
 absolute numbers:
 - training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks
   of the same width;
+- the tied loop's training step in float32 vs bfloat16 autocast, at n_embd and at each of
+  dtype_widths (where bf16 starts to pay: on a CPU with bf16 instructions, not below d~96);
 - phantom vs full backprop at several k: step time and memory;
 - generation: tokens/s re-encoding the context and with the KV cache at full depth, then with the
   KV cache + each per-token policy (each exit; an ACT model's gate). A policy's row gives the mean
@@ -13,13 +15,13 @@ $ python bench.py                              (CPU, random weights)
 $ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act
                                                (trained models: the exits see real confidence)
 $ python bench.py --device=cuda --compile=True (bf16; compile applies to the training rows)
+$ python bench.py --dtype_widths=(64,96,128)   (float32 vs bf16 at more widths: the crossover)
 """
 import os
 import sys
 import time
-from contextlib import nullcontext
 import torch
-from model import GPTConfig, GPT, Block, load_checkpoint, parse_exit
+from model import GPTConfig, GPT, Block, autocast_dtype, load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 # training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step
@@ -32,6 +34,7 @@ n_coda = 1
 vocab_size = 257  # byte-level
 k = 30  # tied loop vs plain stack at this depth
 phantom_ks = (1, 8, 30)
+dtype_widths = ()  # float32 vs bf16 rows of the tied loop at n_embd and at these widths too
 # generation rows: a v13-shaped model (random weights at n_embd), or each of init_from=a,b,...
 gen_loops = (10, 10, 10)
 init_from = ''
@@ -40,16 +43,22 @@ gen_tokens = 256
 exit_at = 'maxprob:0.9,resid:0.05'  # one generation row per exit policy (an ACT model: its gate)
 repeats = 5  # median of this many timed rounds, after one warm-up
 device = ''
+dtype = ''  # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instructions, else float32
 compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
 _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
-          'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0']  # configurator.py checks them
+          'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0',
+          'all(w >= n_head and w % n_head == 0 for w in dtype_widths)',
+          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
 cuda = 'cuda' in device
-ctx = torch.autocast('cuda', dtype=torch.bfloat16) if cuda else nullcontext()
+dtype, precision = autocast_dtype('cuda' if cuda else 'cpu', dtype)
+FP32, BF16 = (torch.autocast('cuda' if cuda else 'cpu', torch.bfloat16, enabled=on)
+              for on in (False, True))  # each reusable: the contexts the dtype rows compare
+ctx = BF16 if dtype == 'bfloat16' else FP32
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 BF16_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, '4090': 165e12,
              '3090': 71e12}
@@ -91,20 +100,22 @@ def activation_mb(model):
     del loss
     return sum(saved.values()) / 2**20
 
-def time_step(model, x):
-    """ms of one forward + backward."""
+def time_step(model, x, context):
+    """ms of one forward + backward in context (float32, or bf16 autocast)."""
     sync()
     t0 = time.perf_counter()
-    with ctx:
+    with context:
         _, loss, _ = model(x, x)
     loss.backward()
     sync()
     return 1000 * (time.perf_counter() - t0)
 
-def time_steps(models):
-    """Time a forward + backward of each model over `repeats` rounds in which the models take
-    turns, so that drift on a shared machine hits them alike. -> the median ms of each; the median
-    of each one's per-round time ratio to the first model; the peak CUDA MB of each (or None)."""
+def time_steps(models, contexts=None):
+    """Time a forward + backward of each model (in its context; default ctx) over `repeats` rounds
+    in which the models take turns, so that drift on a shared machine hits them alike. -> the
+    median ms of each; the median of each one's per-round time ratio to the first model; the peak
+    CUDA MB of each (or None)."""
+    contexts = contexts or [ctx] * len(models)
     x = torch.randint(vocab_size, (batch_size, block_size), device=device)
     steps = [torch.compile(m) if compile else m for m in models]
     times = [[] for _ in models]
@@ -113,7 +124,7 @@ def time_steps(models):
         for i, step in enumerate(steps):
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            times[i].append(time_step(step, x))
+            times[i].append(time_step(step, x, contexts[i]))
             models[i].zero_grad(set_to_none=True)
             if cuda:
                 peaks[i] = torch.cuda.max_memory_allocated() / 2**20
@@ -207,9 +218,8 @@ for name, full, ids, policies in groups:
 
 # the header: the command, the machine, the shapes
 where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
-dtype = 'bf16' if cuda else 'float32'
 print(f"$ python {' '.join(sys.argv)}")
-print(f"{where}, torch {torch.__version__}, {dtype}, compile={compile}; median of {repeats}")
+print(f"{where}, torch {torch.__version__}, {precision}, compile={compile}; median of {repeats}")
 print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, "
       f"vocab {vocab_size}")
 for name, full, ids, _ in groups:
@@ -230,7 +240,17 @@ train_row(f"train: tied loop [{n_prelude}][A x{k}][{n_coda}]", ms_tied,
           flops=train_flops_per_token(tied), ratio=f"{ratio:.3f}x plain's time")
 del tied, plain
 
-# 2. phantom vs full backprop: the phantom loop keeps the graph of its last steps only
+# 2. float32 vs bf16 autocast: the same model (same init), each step in either context
+for width in (n_embd, *dtype_widths):
+    fp32, bf16 = model_for(loops=(k,), n_embd=width), model_for(loops=(k,), n_embd=width)
+    (ms_fp32, ms_bf16), (_, ratio), _ = time_steps([fp32, bf16], [FP32, BF16])
+    flops = train_flops_per_token(fp32)
+    train_row(f"train d={width} [{n_prelude}][A x{k}][{n_coda}]: float32", ms_fp32, flops=flops)
+    train_row(f"train d={width} [{n_prelude}][A x{k}][{n_coda}]: bf16 autocast", ms_bf16,
+              flops=flops, ratio=f"{1 / ratio:.2f}x float32's speed")
+    del fp32, bf16
+
+# 3. phantom vs full backprop: the phantom loop keeps the graph of its last steps only
 for kk in phantom_ks:
     full = model_for(loops=(kk,))
     phantom = model_for(loops=(kk,), phantom=True)
@@ -244,7 +264,7 @@ for kk in phantom_ks:
               ratio=f"{ratio:.2f}x time, {mb_phantom / mb_full:.2f}x memory of full")
     del full, phantom
 
-# 3. generation: re-encoding and the KV cache at full depth, then the KV cache + each policy. The
+# 4. generation: re-encoding and the KV cache at full depth, then the KV cache + each policy. The
 # ideal speedup of a policy is the ratio of the blocks a new token runs, full depth / the policy's
 for name, full, ids, policies in groups:
     start = torch.tensor([ids], device=device)

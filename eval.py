@@ -8,11 +8,10 @@ Several checkpoints on the same documents, ranked by masked and by unmasked suff
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
 """
 import os, json, math, time, html as html_lib
-from contextlib import nullcontext
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import load_checkpoint
+from model import autocast_dtype, load_checkpoint
 from prepare import (data_error, dataset_folder, get_tokenizer, load_meta, load_tokens,
                      read_eval_docs, split_folder)
 
@@ -21,6 +20,7 @@ out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes 
 dataset = ''            # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
 table = 'eval_table.json'  # with several out_dirs (a,b,c): their ranking, written here
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
+dtype = ''              # '' = bf16 autocast on CUDA and on CPUs with bf16 instructions
 batch_size = 8
 eval_iters = 10         # val batches for the depth scan and the early-exit curve
 block_size = 0          # 0 = the model's
@@ -34,7 +34,8 @@ seed = 1337
 _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
           'topic_threshold >= 0', 'max_docs >= 1', '0 <= seed < 2**64',
           "exit_kind in ('maxprob', 'resid')",  # configurator.py checks these rules
-          'all(type(t) in (int, float) and t >= 0 for t in thresholds)']
+          'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
+          "dtype in ('', 'float32', 'bfloat16')"]
 # -----------------------------------------------------------------------------
 # per exit kind: the thresholds of the early-exit curve, and the one for per-topic depth
 DEFAULTS = {'maxprob': ((0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 0.9),
@@ -310,8 +311,10 @@ def rank(reports):
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
-    ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
-    with ctx:  # bf16 autocast on CUDA, around the whole evaluation
+    device_type = 'cuda' if 'cuda' in device else 'cpu'
+    dtype, precision = autocast_dtype(device_type, dtype)
+    print(precision)
+    with torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16'):
         reports = {d: evaluate(d) for d in out_dir.split(',')}
     if len(reports) > 1:
         rank(reports)

@@ -9,9 +9,8 @@ import os
 import pathlib
 import sys
 import time
-from contextlib import nullcontext
 import torch
-from model import load_checkpoint, parse_exit
+from model import autocast_dtype, load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 out_dir = 'out'  # or several: out-a,out-b
@@ -27,14 +26,19 @@ exit_at = ''  # post-hoc per-token exit: '' (off), 'maxprob:0.9' or 'resid:0.05'
 show_depth = False  # colour each generated token by its loop depth (ACT gate, or exit_at)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
+dtype = ''  # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instructions, else float32
 _valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k >= 0',
           '0 < top_p <= 1', 'repetition_penalty > 0', '0 <= seed < 2**64',
-          'type(n_loops) in (int, tuple, type(None))']  # configurator.py checks them
+          'type(n_loops) in (int, tuple, type(None))',
+          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
+device_type = 'cuda' if 'cuda' in device else 'cpu'
+dtype, precision = autocast_dtype(device_type, dtype)
+ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
 if start.startswith('FILE:'):
     path = start[5:]
     if not os.path.isfile(path):

@@ -13,13 +13,12 @@ import time
 import fcntl
 import shlex
 import signal
-from contextlib import nullcontext
 from dataclasses import asdict, fields
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, RULES, load_checkpoint
+from model import GPTConfig, GPT, RULES, autocast_dtype, load_checkpoint
 from prepare import load_meta, load_tokens, sft_targets
 
 # -----------------------------------------------------------------------------
@@ -66,7 +65,7 @@ min_lr = 1e-4
 # system
 backend = ''  # '' = nccl on CUDA, gloo on CPU
 device = ''   # '' = cuda if available, else cpu
-dtype = ''    # '' = bfloat16 on CUDA, float32 on CPU (bf16 matmuls are very slow on CPUs)
+dtype = ''    # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instructions, else float32
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
@@ -155,8 +154,8 @@ if ddp:
     gradient_accumulation_steps //= world
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
-dtype = dtype or ('bfloat16' if device_type == 'cuda' else 'float32')
-ctx = nullcontext() if dtype == 'float32' else torch.autocast(device_type, dtype=torch.bfloat16)
+dtype, precision = autocast_dtype(device_type, dtype)  # precision: which dtype, and why
+ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
@@ -265,6 +264,8 @@ def log_line(lossf, info, n_loops, lr, dt):
     if gptconf.loops:
         parts.append("alpha " + "/".join(f"{a:.3f}" for a in raw_model.alphas()))
     parts.append(f"lr {lr:.2e}, {dt * 1000:.0f}ms/iter, {tokens_per_iter / dt:,.0f} tok/s")
+    if device_type == 'cuda':  # the most GPU memory the run has held so far
+        parts.append(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
     return ", ".join(parts)
 
 if master:
@@ -288,7 +289,7 @@ signal.signal(signal.SIGINT, request_stop)
 signal.signal(signal.SIGTERM, request_stop)
 if master:
     print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
-          f"{max_iters} on {device} in {dtype}")
+          f"{max_iters} on {device}; {precision}")
 last_loss, t0 = None, time.time()
 while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate

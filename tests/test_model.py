@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, RULES, Halting, KVCache, load_checkpoint, residual
+from model import GPT, GPTConfig, RULES, Halting, KVCache, autocast_dtype, load_checkpoint, residual
 
 V = 50  # vocab size of every test model
 
@@ -973,3 +973,18 @@ def test_training_forward_compiles_in_one_graph(kw):
     x, y = batch(2, 8)
     explained = torch._dynamo.explain(lambda x, y: m(x, y)[1])(x, y)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+@pytest.mark.parametrize("amx, avx512_bf16", [(False, False), (True, False), (False, True), (True, True)])
+def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypatch, amx, avx512_bf16):
+    """dtype='' picks bf16 autocast on a CPU whose instructions make it fast, float32 on one that would
+    emulate it; the line says which and why. CUDA: bf16; a dtype given is kept."""
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: amx)
+    monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: avx512_bf16)
+    has = ' and '.join(n for n, on in (('AMX', amx), ('avx512_bf16', avx512_bf16)) if on)
+    want = ('bfloat16', f'bfloat16 autocast: this CPU has {has} instructions') if has else \
+        ('float32', 'float32: this CPU has no bf16 instructions')
+    assert autocast_dtype('cpu') == autocast_dtype('cpu', '') == want
+    assert autocast_dtype('cuda') == ('bfloat16', 'bfloat16 autocast: the default on CUDA')
+    assert autocast_dtype('cpu', 'float32') == ('float32', 'float32: --dtype=float32')
+    assert autocast_dtype('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')

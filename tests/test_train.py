@@ -204,6 +204,49 @@ def test_torchrun_two_processes_cpu(job):
     assert load(d / 'out' / 'ckpt.pt')['iter_num'] == 3
 
 
+# ---------------------------------------------------------------- dtype: bf16 where the CPU makes it fast
+def faking_bf16(has):
+    """A launcher (python -c ... script args) that fakes the CPU's bf16 instructions (AMX, AVX-512 BF16) as
+    present or absent, then runs the script as `python script args` would."""
+    return ('-c', "import os, runpy, sys, torch; "
+            f"torch.cpu._is_amx_tile_supported = torch.cpu._is_avx512_bf16_supported = lambda: {has}; "
+            "sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+@work
+def the_start_lines_name_the_dtype_and_why(d):
+    make_data(d)
+    train = (*TINY, '--max_iters=2', '--eval_interval=2')
+    r = dict(zip(('fp32', 'bf16', 'given'), [finish(p) for p in (
+        start(d, 'train.py', *train, '--out_dir=out-fp32', launcher=faking_bf16(False)),
+        start(d, 'train.py', *train, '--out_dir=out-bf16', launcher=faking_bf16(True)),
+        start(d, 'train.py', *train, '--out_dir=out-given', '--dtype=float32', launcher=faking_bf16(True)))]))
+    r['ckpt'] = load(d / 'out-bf16' / 'ckpt.pt') if r['bf16'].returncode == 0 else None
+    r['sample'], r['eval'] = [finish(p) for p in (
+        start(d, 'sample.py', '--out_dir=out-bf16', '--max_new_tokens=3', '--num_samples=1', '--device=cpu',
+              launcher=faking_bf16(True)),
+        start(d, 'eval.py', '--out_dir=out-fp32', '--eval_iters=1', '--batch_size=4', '--device=cpu',
+              launcher=faking_bf16(False)))]
+    return r
+
+
+def test_the_start_lines_name_the_dtype_and_why(job):
+    """dtype='' trains in bf16 autocast on a CPU with bf16 instructions, in float32 on one without; the
+    start line says which and why. A bf16-trained checkpoint is float32 (autocast keeps fp32 parameters)."""
+    start_line = 'training from iter 0 to 2 on cpu; '
+    assert start_line + 'float32: this CPU has no bf16 instructions' in ok(job['fp32'])
+    assert start_line + 'bfloat16 autocast: this CPU has AMX and avx512_bf16 instructions' in ok(job['bf16'])
+    assert start_line + 'float32: --dtype=float32' in ok(job['given'])
+    assert job['ckpt']['config']['dtype'] == 'bfloat16'
+    tensors = {**job['ckpt']['model'], **{f'optimizer {i} {k}': v for i, s in job['ckpt']['optimizer']['state'].items()
+                                          for k, v in s.items() if k != 'step'}}
+    assert len(tensors) > 10 and {n: t.dtype for n, t in tensors.items() if t.dtype != torch.float32} == {}
+    assert 'bfloat16 autocast: this CPU has AMX and avx512_bf16 instructions' in job['sample'].stderr
+    assert ok(job['sample']).count('---------------') == 1  # stdout: still just the sample
+    assert re.search(r'^float32: this CPU has no bf16 instructions$', ok(job['eval']), re.M)
+
+
 # ---------------------------------------------------------------- bench.py
 BENCH = ['--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_tokens=12', '--prompt=abcd', '--repeats=1',
          '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9,maxprob:1.1,maxprob:0.005', '--device=cpu']
@@ -213,7 +256,7 @@ GEN_ROW = re.compile(r'generate 12, (.+): KV cache \+ (.+), mean depth ([\d.]+)/
 
 @work
 def bench_prints_one_table(d):
-    return run(d, 'bench.py', *BENCH, '--gen_loops=(2,2)')
+    return run(d, 'bench.py', *BENCH, '--gen_loops=(2,2)', '--dtype_widths=(16,)')
 
 
 @work
@@ -235,6 +278,11 @@ def test_bench_prints_one_table(job):
     rows = bench_rows(out)
     assert re.fullmatch(r"\d\.\d{3}x plain's time", rows['train: tied loop [1][A x3][1]'][-1])
     assert rows['train: plain stack, 5 distinct blocks'][3] == rows['train: tied loop [1][A x3][1]'][3]  # same FLOPs
+    for width in (32, 16):  # float32 vs bf16 autocast at n_embd and at each of dtype_widths: the same FLOPs
+        fp32, bf16 = (rows[f'train d={width} [1][A x3][1]: {dtype}'] for dtype in ('float32', 'bf16 autocast'))
+        assert fp32[3] == bf16[3] and re.fullmatch(r"\d+\.\d\dx float32's speed", bf16[-1])
+    assert float(fp32[3]) < float(rows['train d=32 [1][A x3][1]: float32'][3])  # d=16: the smaller model
+    assert re.search(r'^cpu, \d+ threads, torch .*, (bfloat16 autocast|float32): this CPU has', out, re.M)
     mem = {k: float(rows[f'train k={k}: phantom'][2]) / float(rows[f'train k={k}: full backprop'][2]) for k in (1, 4)}
     assert abs(mem[1] - 1) < 0.01 and mem[4] < 0.8  # phantom saves the activations of all but the last iteration
     assert float(rows['train k=4: full backprop'][2]) > float(rows['train k=1: full backprop'][2])
@@ -266,3 +314,32 @@ def test_bench_times_trained_models_and_an_act_model(job):
                              ('out-act', 'ACT gate')}
     assert policies['out', 'exit resid:1e9'][2:] == ('1.00', '2', '1.00', '3.0')
     assert policies['out-act', 'ACT gate'][2] == policies['out-act', 'ACT gate'][4]
+
+
+# ---------------------------------------------------------------- gpu_check.sh, on a CPU with tiny overrides
+@work
+def gpu_check_runs_every_step_and_sums_up(d):
+    make_data(d)
+    env = {**ENV, 'DEVICE': 'cpu', 'COMPILE': 'False', 'DATASET': 'tiny', 'OUT': 'gc',
+           'BENCH_ARGS': ' '.join(BENCH), 'SAMPLE_ARGS': '--max_new_tokens=5',
+           'TRAIN_ARGS': ' '.join([*TINY, '--max_iters=3', '--eval_interval=3', '--lr_decay_iters=3']),
+           'EVAL_ARGS': '--eval_iters=1 --batch_size=4 --max_docs=2'}
+    return subprocess.run(['bash', str(REPO / 'gpu_check.sh')], cwd=d, env=env, capture_output=True, text=True,
+                          timeout=400), d
+
+
+def test_gpu_check_runs_every_step_and_sums_up(job):
+    """gpu_check.sh (bench, 300 steps of v13, sample, eval: for a GPU) runs through on a CPU when told to run
+    small, logs each step under $OUT and writes the headline figures to $OUT/summary.txt."""
+    r, d = job
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert {p.name for p in (d / 'gc').iterdir()} >= {'bench.log', 'train.log', 'sample.log', 'eval.log',
+                                                      'times.txt', 'summary.txt', 'out-v13'}
+    summary = (d / 'gc' / 'summary.txt').read_text()
+    assert re.search(r"^\| train d=32 \[1\]\[A x3\]\[1\]: bf16 autocast \|.*x float32's speed \|$", summary, re.M)
+    assert re.search(r'^cpu, \d+ threads, torch .*(bfloat16 autocast|float32): ', summary, re.M)
+    assert re.search(r'^\$ python \S+/train.py \S+/config/v13.py --dataset=tiny ', summary, re.M)
+    assert 'training from iter 0 to 3 on cpu; ' in summary and re.search(r'^iter 3: train loss', summary, re.M)
+    assert len(re.findall(r'^\[5 tokens, [\d.]+ tok/s\]$', summary, re.M)) == 2  # sample.py: 2 samples
+    assert re.search(r'^suffix NLL \(2 docs', summary, re.M)
+    assert re.findall(r'^(\w+): \d+ s$', summary, re.M) == ['bench', 'train', 'sample', 'eval']
