@@ -55,7 +55,8 @@ def _run_config(path, into):
         code = builtins.compile(open(path).read(), path, 'exec')  # (train.py has a key `compile`)
         exec(code, {'include': include}, into)
     except Exception as e:  # the config file's own error: name the file and its line
-        line = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path][-1].lineno
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        line = e.lineno if isinstance(e, SyntaxError) else lines[-1] if lines else '?'
         sys.exit(f"error: config file '{path}', line {line}: {type(e).__name__}: {e}")
 
 for _arg in sys.argv[1:]:
