@@ -7,6 +7,7 @@ Then each rule in the script's _valid list (like 'batch_size >= 1') must hold.
 """
 import os
 import re
+import ast as _ast
 import builtins
 import sys
 import traceback
@@ -58,6 +59,15 @@ def _run_config(path, into):
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
         line = e.lineno if isinstance(e, SyntaxError) else lines[-1] if lines else '?'
         sys.exit(f"error: config file '{path}', line {line}: {type(e).__name__}: {e}")
+
+if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its keys and defaults
+    print(_ast.get_docstring(_ast.parse(open(__file__).read())))  # (its __doc__ is now ours)
+    print("\nkeys (--key=value), with their defaults:")
+    _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
+    for _key, _val in list(globals().items()):
+        if _key.islower() and not _key.startswith('_') and type(_val) in _simple:
+            print(f"  {_key} = {_val!r}")
+    sys.exit(0)
 
 for _arg in sys.argv[1:]:
     if _arg.startswith('--'):

@@ -1,7 +1,9 @@
-"""configurator.py's excepthook: bad input that nanoloop rejects on purpose gets one line; a bug keeps its traceback."""
-import sys
+"""configurator.py's excepthook: bad input that nanoloop rejects on purpose gets one line; a bug keeps its traceback.
+Its -h / --help, and the checks that a library user meets without it (GPTConfig's rules, parse_exit)."""
+import runpy, sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import eval as ev
@@ -36,3 +38,25 @@ def test_an_accidental_value_error_keeps_its_traceback(capsys):
     assert 'Traceback' in err and 'eval.py' in err and not err.startswith('error:')
     err = report(lambda: int('x'), capsys)
     assert 'Traceback' in err and "invalid literal for int()" in err
+
+
+def script(name, *args, monkeypatch):
+    """Run a script here as `python name args` would -> its SystemExit code."""
+    monkeypatch.setattr(sys, 'argv', [name, *args])
+    monkeypatch.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py installs its own: put it back after
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(REPO / name), run_name='__main__')
+    return e.value.code
+
+
+@pytest.mark.parametrize('name,flag,first_line,key', [
+    ('sample.py', '-h', 'Sample from a trained tied-depth model', '  max_new_tokens = 200'),
+    ('train.py', '--help', 'Train a tied-depth GPT.', '  n_embd = 128'),  # a GPTConfig field is a key too
+    ('prepare.py', '-h', 'Download (with requests)', "  data_root = 'data'")])
+def test_help_prints_the_docstring_and_the_keys(name, flag, first_line, key, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert script(name, '--max_new_tokens=5', flag, monkeypatch=monkeypatch) in (0, None)  # it used to say
+    out = capsys.readouterr().out  # "config file '-h' not found"
+    assert out.startswith(first_line) and key in out.splitlines()
+    assert 'config_keys' not in out and 'HOST' not in out and 'Overriding' not in out  # keys only, none set
+    assert list(tmp_path.iterdir()) == []
