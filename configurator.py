@@ -70,6 +70,9 @@ if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its key
     sys.exit(0)
 
 for _arg in sys.argv[1:]:
+    if re.search('[\udc80-\udcff]', _arg):  # how Python reads argv bytes that are not UTF-8
+        sys.exit(f"error: {_arg.partition('=')[0]} holds bytes that are not UTF-8 text: type it "
+                 "again, or read it from a UTF-8 file (sample.py: --start=FILE:prompt.txt)")
     if _arg.startswith('--'):
         _key, _eq, _val = _arg[2:].partition('=')
         if not _eq:

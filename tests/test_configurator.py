@@ -60,3 +60,9 @@ def test_help_prints_the_docstring_and_the_keys(name, flag, first_line, key, tmp
     assert out.startswith(first_line) and key in out.splitlines()
     assert 'config_keys' not in out and 'HOST' not in out and 'Overriding' not in out  # keys only, none set
     assert list(tmp_path.iterdir()) == []
+
+
+def test_argument_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # b'caf\xe9' on the command line reaches Python as 'caf\udce9'
+    code = script('train.py', '--out_dir=caf\udce9', monkeypatch=monkeypatch)
+    assert code.startswith('error: --out_dir holds bytes that are not UTF-8') and list(tmp_path.iterdir()) == []
