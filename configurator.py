@@ -102,3 +102,8 @@ if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fin
     sys.exit(0)
 if 'cuda' in str(globals().get('device', '')) and not torch.cuda.is_available():
     sys.exit(f"error: device={device!r}, but this machine has no CUDA GPU: use --device=cpu")
+if globals().get('device') and 'cuda' not in device:  # mps, a typo, ...: before anything is read
+    try:
+        torch.empty(1, device=device)
+    except Exception:
+        sys.exit(f"error: device={device!r} is not usable on this machine: use --device=cpu")

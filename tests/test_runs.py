@@ -1,7 +1,7 @@
 """A user's runs: a rerun never replaces a checkpoint, one run at a time per out_dir, Ctrl-C that answers
 and can be forced, resume that keeps the run's own settings, each DDP rank's random state, and finding
 the checkpoint a user meant. Every script runs as a subprocess on tiny byte-level data (CPU)."""
-import re, signal, socket, subprocess, threading, time
+import os, re, shlex, signal, socket, subprocess, sys, threading, time
 
 import pytest
 import torch
@@ -215,3 +215,18 @@ def test_cuda_without_a_gpu_says_so(tmp_path):
     make_data(tmp_path)
     for r in run_all(*[(tmp_path, script, '--device=cuda') for script in ('train.py', 'sample.py', 'eval.py')]):
         one_line_error(r, "device='cuda'", 'no CUDA', '--device=cpu')
+
+
+# ---------------------------------------------------------------- a run that never starts leaves nothing behind
+@work
+def unusable_device_is_one_line_in_every_script(d):
+    make_data(d)
+    scripts = [('train.py', *TINY, '--out_dir=out-mps'), ('sample.py',), ('eval.py',), ('bench.py',)]
+    return run_all(*[(d, *cmd, '--device=mps') for cmd in scripts]), os.path.exists(d / 'out-mps')
+
+
+def test_unusable_device_is_one_line_in_every_script(job):
+    results, made = job
+    for r in results:  # train.py: a RuntimeError; sample.py: "a truncated checkpoint"
+        one_line_error(r, "device='mps'", 'not usable', '--device=cpu')
+    assert not made, 'the out_dir of a run that never started was made (it held a train.lock)'
