@@ -4,6 +4,7 @@ A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) 
 Read GPT.forward first, then Loop (step, forward, per_token, until), then KVCache and generate.
 """
 import os
+import re
 import glob
 import math
 from dataclasses import dataclass
@@ -31,8 +32,13 @@ class GPTConfig:
 
     def __post_init__(self):
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
+        for rule in RULES:  # a library user gets the line configurator.py gives a script's user
+            if not eval(rule, vars(self).copy()):
+                keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items()
+                                 if re.search(rf'\b{k}\b', rule))
+                raise ValueError(f"GPTConfig({keys}): need {rule}")
 
-# the fields' valid values: train.py's configurator.py checks them before a model is built
+# the fields' valid values: train.py's configurator.py checks them too, naming the --keys
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import eval as ev
-from model import parse_exit
+from model import GPTConfig, parse_exit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,3 +66,15 @@ def test_argument_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # b'caf\xe9' on the command line reaches Python as 'caf\udce9'
     code = script('train.py', '--out_dir=caf\udce9', monkeypatch=monkeypatch)
     assert code.startswith('error: --out_dir holds bytes that are not UTF-8') and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('kw,message', [
+    (dict(act=True, phantom=True), 'GPTConfig(phantom=True, act=True): need not (act and phantom)'),
+    (dict(n_embd=30, n_head=4), 'GPTConfig(n_embd=30, n_head=4): need n_embd % n_head == 0'),
+    (dict(loops=(2,), supervise=(3,)), 'need all(1 <= d <= sum(loops) for d in supervise)'),
+    (dict(alpha_init=1.0), 'GPTConfig(alpha_init=1.0): need 0 < alpha_init < 1')])
+def test_gpt_config_checks_its_rules_for_a_library_user(kw, message):
+    """Without configurator.py (model.py used as a library), ACT used to ignore phantom without a word."""
+    with pytest.raises(ValueError) as e:
+        GPTConfig(**kw)
+    assert message in str(e.value) and '\n' not in str(e.value)
