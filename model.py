@@ -416,10 +416,10 @@ def load_checkpoint(path, device='cpu'):
 def parse_exit(s):
     """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate."""
     kind, _, t = s.partition(':')
-    try:
-        if kind in ('maxprob', 'resid'):
+    try:  # a threshold no token can meet (maxprob above 1, resid 0 or below, nan) never exits
+        if kind == 'maxprob' and 0 <= float(t) <= 1 or kind == 'resid' and float(t) > 0:
             return kind, float(t)
     except ValueError:  # not a number: the error below
         pass
-    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', "
-                     "e.g. 'maxprob:0.9'")
+    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' (0..1) or 'resid:THRESHOLD' "
+                     "(> 0), e.g. 'maxprob:0.9'")

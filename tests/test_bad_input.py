@@ -77,6 +77,10 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'sample_device_mps': (None, (*SAMPLE, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
     'eval_device_mps': (None, (*EVAL, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'), ['--start', 'not UTF-8']),  # byte 0xe9
+    'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'), ["'maxprob:nan'", '0..1']),
+    'sample_exit_at_above_1': (None, (*SAMPLE, '--exit_at=maxprob:1.5'), ["'maxprob:1.5'", '0..1']),
+    'sample_exit_at_resid_-1': (None, (*SAMPLE, '--exit_at=resid:-1'), ["'resid:-1'", '> 0']),
+    'sample_exit_at_resid_0': (None, (*SAMPLE, '--exit_at=resid:0'), ["'resid:0'", '> 0']),
 }
 
 
