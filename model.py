@@ -411,6 +411,8 @@ def load_checkpoint(path, device='cpu'):
         if 'Unsupported global' in str(e):
             why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
         raise ValueError(f"{path} {why}") from None
+    if lacking := {'meta', 'config'} - set(ckpt):  # what the scripts read besides the weights
+        raise ValueError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
     return model.to(device), ckpt
 
 def parse_exit(s):

@@ -74,6 +74,8 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'val_bin_ids_beyond_vocab': (edit('val.bin', np.array([65, 66, 300] * 100, np.uint16).tobytes()), EVAL,
                                  [f'{DATA}/val.bin', 'token id 300', 'vocab_size 257', FIX]),
     # issue 23: tracebacks, vague lines and silent mistakes of a new user
+    'checkpoint_without_meta': (lambda d: strip_checkpoint(d, 'meta'), SAMPLE,
+                                ['out/ckpt.pt', 'lacks meta', 'train.py']),
     'sample_device_mps': (None, (*SAMPLE, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
     'eval_device_mps': (None, (*EVAL, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'), ['--start', 'not UTF-8']),  # byte 0xe9
@@ -82,6 +84,12 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'sample_exit_at_resid_-1': (None, (*SAMPLE, '--exit_at=resid:-1'), ["'resid:-1'", '> 0']),
     'sample_exit_at_resid_0': (None, (*SAMPLE, '--exit_at=resid:0'), ["'resid:0'", '> 0']),
 }
+
+
+def strip_checkpoint(d, key):  # out/ckpt.pt without one of its keys (saved by another program)
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    del ckpt[key]
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
 
 
 @work

@@ -81,6 +81,7 @@ def make_run(root, vocab_size=257):
     torch.manual_seed(0)
     (root / 'out').mkdir()
     torch.save(dict(model=GPT(cfg).state_dict(), model_args=model_args(cfg), iter_num=0,
+                    meta=dict(tokenizer='byte', vocab_size=257, eot=256, dtype='uint16'),
                     config=dict(dataset='tiny', block_size=32, device='cpu')), root / 'out' / 'ckpt.pt')
 
 def start_eval(cwd, *args):
