@@ -393,18 +393,18 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
 
-def load_checkpoint(path, device='cpu'):
+def load_checkpoint(path, device='cpu', key='out_dir'):
     """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,
-    never code (unpickling anything else could run it)."""
+    never code (unpickling anything else could run it). key: the option that names its folder."""
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
         model = GPT(GPTConfig(**ckpt['model_args']))
         model.load_state_dict(ckpt['model'])
     except FileNotFoundError:  # name the out_dirs that do hold one, the newest first
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
-        hint = ": train one first, or set --out_dir"
+        hint = f": train one first, or set --{key}"
         if found:
-            hint = f"; found {', '.join(found)}: add --out_dir={os.path.dirname(found[0])}"
+            hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(found[0])}"
         raise FileNotFoundError(f"no checkpoint at {path}{hint}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = "is truncated or not a nanoloop checkpoint"

@@ -60,7 +60,7 @@ compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
 # the valid range of each key and the model's RULES, checked by configurator.py
-_valid = RULES + ["out_dir != ''", 'eval_interval >= 1',
+_valid = RULES + ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interval >= 1',
                   'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
                   'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                   'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
@@ -78,8 +78,8 @@ def resume_command():  # this very command, resuming: it runs as typed
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'eval_only',
             'overwrite']  # settings of this invocation, which resume never takes from the run
 if init_from != 'scratch':  # resume this run, or fine-tune the run in init_from (weights only)
-    model, ckpt = load_checkpoint(ckpt_path if init_from == 'resume' else
-                                  os.path.join(init_from, 'ckpt.pt'))
+    model, ckpt = (load_checkpoint(ckpt_path) if init_from == 'resume' else
+                   load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from'))
 if init_from == 'resume':  # the run's own settings, but for the ones given now that may change
     fixed = [*asdict(model.config), 'dataset', 'block_size']  # what the weights and data depend on
     for key, value in ckpt['config'].items():

@@ -285,6 +285,8 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'config_raises': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = 1 / 0\n'),
                       ('train.py', 'mine.py'), ['mine.py', 'line 2', 'ZeroDivisionError']),
     'config_is_a_folder': (None, ('train.py', 'data'), ["'data'", 'folder']),
+    'init_from_without_ckpt': (lambda d: (d / 'nodir').mkdir(), ('train.py', *TINY, '--init_from=nodir'),
+                               ['no checkpoint at nodir/ckpt.pt', 'found out/ckpt.pt', '--init_from=out']),
     'config_syntax_error': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = (1\n'),
                             ('train.py', 'mine.py'), ["config file 'mine.py'", 'line 2', 'SyntaxError']),
 }
