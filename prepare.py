@@ -49,6 +49,9 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; dec
 
 def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
+    if name.removesuffix('_byte') not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
+        return kind(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} (and "
+                    f"*_byte), not {name}: check --dataset")
     extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
     return kind(f"{path} {why}; make it with: python prepare.py --dataset="
                 f"{name.removesuffix('_byte')} --tokenizer="

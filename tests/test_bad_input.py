@@ -18,23 +18,23 @@ import prepare
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
 from model import GPT, GPTConfig
 
-DATA = 'data/tiny_byte'  # the folder that prepare.py --dataset=tiny --tokenizer=byte would write
-FIX = 'python prepare.py --dataset=tiny --tokenizer=byte'
+DATA = 'data/topics_byte'  # the folder that prepare.py --dataset=topics --tokenizer=byte would write
+FIX = 'python prepare.py --dataset=topics --tokenizer=byte'
 _base_lock = threading.Lock()
 
 
 def base(d):
-    """d/data/tiny_byte and d/out/ckpt.pt (an untrained tiny model, with the keys train.py saves), copied from a
+    """d/data/topics_byte and d/out/ckpt.pt (an untrained tiny model, with the keys train.py saves), copied from a
     folder made once, by the first work that asks."""
     root = d.parent / 'base_bad_input'
     with _base_lock:
         if not (root / 'out' / 'ckpt.pt').exists():
-            make_data(root, 'tiny_byte')
+            make_data(root, 'topics_byte')
             cfg = GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1)
             torch.manual_seed(0)
             (root / 'out').mkdir()
             torch.save(dict(model=GPT(cfg).state_dict(), model_args=asdict(cfg), iter_num=0, meta=META,
-                            config=dict(dataset='tiny_byte', block_size=32)), root / 'out' / 'ckpt.pt')
+                            config=dict(dataset='topics_byte', block_size=32)), root / 'out' / 'ckpt.pt')
     for sub in ('data', 'out'):
         shutil.copytree(root / sub, d / sub)
     return d
@@ -46,13 +46,13 @@ def files(d):
             if p.is_file()}
 
 
-def edit(name, data, under=DATA):  # a setup: (over)write a file of data/tiny_byte, or of the folder itself
+def edit(name, data, under=DATA):  # a setup: (over)write a file of data/topics_byte, or of the folder itself
     return lambda d: (d / under / name).write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
 SAMPLE = ('sample.py', '--device=cpu', '--max_new_tokens=2', '--num_samples=1')
 EVAL = ('eval.py', '--device=cpu', '--eval_iters=1', '--batch_size=4')
-TRAIN = ('train.py', *[a for a in TINY if not a.startswith('--dataset')], '--dataset=tiny_byte', '--out_dir=fresh',
+TRAIN = ('train.py', *[a for a in TINY if not a.startswith('--dataset')], '--dataset=topics_byte', '--out_dir=fresh',
          '--max_iters=2')
 
 # ---------------------------------------------------------------- bad files and values that need the data: subprocesses
@@ -78,6 +78,8 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
                                 ['out/ckpt.pt', 'lacks meta', 'train.py']),
     'sample_device_mps': (None, (*SAMPLE, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
     'eval_device_mps': (None, (*EVAL, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
+    'eval_dataset_unknown': (None, (*EVAL, '--dataset=nope'),
+                             ['data/nope_byte/meta.json', 'topics,shakespeare', 'check --dataset']),
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'), ['--start', 'not UTF-8']),  # byte 0xe9
     'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'), ["'maxprob:nan'", '0..1']),
     'sample_exit_at_above_1': (None, (*SAMPLE, '--exit_at=maxprob:1.5'), ["'maxprob:1.5'", '0..1']),
@@ -214,7 +216,7 @@ META_BROKEN = {'not_json': '{"tokenizer": "byte", ', 'not_utf8': b'\xff\xfe{"eot
 
 @pytest.mark.parametrize('case', META_BROKEN)
 def test_broken_meta_json_is_named_with_the_fix(case, tmp_path):
-    d = tmp_path / 'data' / 'tiny_byte'
+    d = tmp_path / 'data' / 'topics_byte'
     d.mkdir(parents=True)
     broken = META_BROKEN[case]
     (d / 'meta.json').write_bytes(broken if isinstance(broken, bytes) else broken.encode())
@@ -233,7 +235,7 @@ BIN_BROKEN = {'missing': None, 'empty': b'', 'odd_size': b'\x01\x00\x02',
 @pytest.mark.parametrize('case', BIN_BROKEN)
 def test_broken_token_file_is_named_with_the_fix(case, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    d = make_data(tmp_path, 'tiny_byte')
+    d = make_data(tmp_path, 'topics_byte')
     (d / 'val.bin').unlink()
     if BIN_BROKEN[case] is not None:
         (d / 'val.bin').write_bytes(BIN_BROKEN[case])

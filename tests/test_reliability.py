@@ -265,8 +265,8 @@ def short_train_bin(d):
 
 
 BAD = {  # name: (setup(folder) or None, script and args, words the one line must contain)
-    'dataset_missing': (None, ('train.py', *TINY, '--dataset=nope_byte'),
-                        ['data/nope_byte/meta.json', 'python prepare.py --dataset=nope --tokenizer=byte']),
+    'dataset_missing': (None, ('train.py', *TINY, '--dataset=shakespeare_byte'),
+                        ['data/shakespeare_byte/meta.json', 'python prepare.py --dataset=shakespeare --tokenizer=byte']),
     'vocab_changed': (edit_meta_vocab, RESUME, ['meta.json', 'vocab_size', '300', '257', '--dataset=tiny']),
     'n_embd_n_head': (None, ('train.py', *TINY, '--n_embd=30', '--n_head=4'), ['n_embd=30', 'n_head=4', 'need n_embd % n_head == 0']),
     'loops_zero': (None, ('train.py', *TINY, '--loops=(2,0)'), ['loops=(2, 0)', 'need all(k >= 1 for k in loops)']),
@@ -285,6 +285,10 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'config_raises': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = 1 / 0\n'),
                       ('train.py', 'mine.py'), ['mine.py', 'line 2', 'ZeroDivisionError']),
     'config_is_a_folder': (None, ('train.py', 'data'), ["'data'", 'folder']),
+    # issue 23: no prepare.py command makes these two (it used to suggest one)
+    'dataset_unknown': (None, ('train.py', *TINY, '--dataset=nope_byte'),
+                        ['data/nope_byte/meta.json', 'topics,shakespeare', 'not nope_byte', 'check --dataset']),
+    'dataset_outside_data': (None, ('train.py', *TINY, '--dataset=../../etc'), ['etc', 'check --dataset']),
     'init_from_without_ckpt': (lambda d: (d / 'nodir').mkdir(), ('train.py', *TINY, '--init_from=nodir'),
                                ['no checkpoint at nodir/ckpt.pt', 'found out/ckpt.pt', '--init_from=out']),
     'config_syntax_error': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = (1\n'),
