@@ -59,8 +59,11 @@ def data_error(path, why, kind=ValueError):  # -> the error: the file, what is w
 
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
     path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(path):
-        raise data_error(path, 'not found', FileNotFoundError)
+    if not os.path.isfile(path):  # paths are relative to the working directory: name it
+        root = os.path.dirname(os.path.normpath(data_dir)) or '.'
+        where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
+                                                f"{os.getcwd()}: run from the one that holds it)")
+        raise data_error(path, 'not found' + where, FileNotFoundError)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.loads(pathlib.Path(path).read_bytes())
         return {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},

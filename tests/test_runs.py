@@ -230,3 +230,16 @@ def test_unusable_device_is_one_line_in_every_script(job):
     for r in results:  # train.py: a RuntimeError; sample.py: "a truncated checkpoint"
         one_line_error(r, "device='mps'", 'not usable', '--device=cpu')
     assert not made, 'the out_dir of a run that never started was made (it held a train.lock)'
+
+
+@work
+def run_from_another_folder_names_the_working_directory(d):
+    make_data(d)
+    (d / 'elsewhere').mkdir()
+    return run(d / 'elsewhere', 'train.py', *TINY), d / 'elsewhere'
+
+
+def test_run_from_another_folder_names_the_working_directory(job):
+    r, cwd = job
+    one_line_error(r, 'data/tiny/meta.json not found', f'no data/ in the working directory {cwd}')
+    assert list(cwd.iterdir()) == []
