@@ -66,11 +66,15 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
         raise data_error(path, 'not found' + where, FileNotFoundError)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.loads(pathlib.Path(path).read_bytes())
-        return {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
+        meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
                 'row': meta.get('row', 0)}
     except (ValueError, TypeError, KeyError) as e:
         why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
         raise data_error(path, why) from None
+    if not all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row')):
+        raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
+                               f"{meta['row']!r}: each must be a whole number")
+    return meta
 
 def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
     meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
