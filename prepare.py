@@ -5,7 +5,7 @@ Other scripts import its tokenizers and readers.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=fineweb --shards=4
 $ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
-import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
+import csv, gzip, html, itertools, json, os, pathlib, random, re, shutil, zipfile
 from contextlib import contextmanager
 import numpy as np
 
@@ -118,6 +118,33 @@ def created(path):  # writes go to path.tmp, renamed once complete: never a half
     finally:  # after an error or Ctrl-C, no leftovers
         pathlib.Path(path + '.tmp').unlink(missing_ok=True)
 
+@contextmanager
+def replaced(path):
+    """-> a new folder beside path to build in; once complete it takes path's place whole. After an
+    error or Ctrl-C it goes, and path stays as it was (never half old, half new)."""
+    new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
+    os.makedirs(new, exist_ok=True)
+    try:
+        yield new
+        if os.path.exists(path):
+            os.rename(path, old)
+        os.rename(new, path)
+    finally:  # (stopped between the two renames: the old folder goes back)
+        if os.path.exists(old) and not os.path.exists(path):
+            os.rename(old, path)
+        shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+def check_output(path, key):
+    """Before the work starts: can the file path be written? (Missing folders: the caller makes.)"""
+    where = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(where):  # the folder that os.makedirs would make them in
+        where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        raise ValueError(f"cannot write {path}: {where} is a file: give another --{key}")
+    if os.path.isdir(path) or not os.access(where, os.W_OK):
+        why = f"{path} is a folder" if os.path.isdir(path) else f"{where} is read-only"
+        raise ValueError(f"cannot write {path}: {why}: give another --{key}")
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
     local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)  # same layout
     if os.path.isfile(local):  # a rerun reuses what an earlier run downloaded
@@ -246,20 +273,22 @@ def sft():  # -> (eot, held, train, val): one array of rows: prompt, EOT, answer
 def main():
     if dataset not in DATASETS and dataset != 'fineweb':
         raise ValueError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
-    eot, held, train, val = {'fineweb': fineweb, 'sft': sft}.get(dataset, documents)()
-    meta = {'tokenizer': tokenizer, 'vocab_size': eot + 1, 'eot': eot, 'dtype': str(val[0].dtype)}
-    if dataset == 'sft':  # training draws whole rows
-        meta['row'] = block_size
-    docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
-    lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
-    files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
-             'meta.json': [json.dumps(meta, indent=2).encode()]}  # last: it means complete
     out_dir = os.path.join(data_root, dataset + ('_byte' if tokenizer == 'byte' else ''))
-    for name, pieces in files.items():
-        with created(os.path.join(out_dir, name)) as f:
-            for piece in pieces:  # bytes or token arrays; a shard is memory-mapped: the OS pages it
-                f.write(piece)
-            print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
+    check_output(os.path.join(out_dir, 'meta.json'), 'data_root')
+    with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
+        eot, held, train, val = {'fineweb': fineweb, 'sft': sft}.get(dataset, documents)()
+        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype))
+        if dataset == 'sft':  # training draws whole rows
+            meta['row'] = block_size
+        docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
+        lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
+        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
+                 'meta.json': [json.dumps(meta, indent=2).encode()]}
+        for name, parts in files.items():
+            with open(os.path.join(new, name), 'wb') as f:
+                for piece in parts:  # bytes or token arrays (a shard is memory-mapped)
+                    f.write(piece)
+                print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())

@@ -256,6 +256,32 @@ def test_fetch_caches_and_reuses(sources, server, tmp_path, monkeypatch):
             prepare.fetch(prepare.SHAKESPEARE)
     assert not any(f.endswith('.tmp') for f in files_under(tmp_path))
 
+def test_interrupted_rerun_leaves_the_folder_as_it_was(sources, tmp_path, monkeypatch):
+    """A rerun with another split, stopped (Ctrl-C) after it wrote train.bin: the folder must stay the first
+    run's, whole (it used to hold the new train.bin beside the old val.bin: held-out docs in train.bin)."""
+    for key, value in dict(mirror=sources, data_root=str(tmp_path / 'data'), tokenizer='byte', eval_docs=2).items():
+        monkeypatch.setattr(prepare, key, value)
+    root = tmp_path / 'data'
+    prepare.main()
+    first = snapshot(root / 'topics_byte')
+    monkeypatch.setattr(prepare, 'eval_docs', 1)
+
+    def ctrl_c_after_the_first_file(*args, **kw):
+        if str(args[0]).startswith('wrote'):
+            raise KeyboardInterrupt
+    monkeypatch.setattr(prepare, 'print', ctrl_c_after_the_first_file, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        prepare.main()
+    assert snapshot(root / 'topics_byte') == first and os.listdir(root) == ['topics_byte']
+    monkeypatch.setattr(prepare, 'print', lambda *a, **k: None, raising=False)
+    prepare.main()  # the rerun, not stopped: the new folder whole
+    assert snapshot(root / 'topics_byte') != first and os.listdir(root) == ['topics_byte']
+    assert Counter(d['topic'] for d in read_outputs(root / 'topics_byte')[1]) == {t: 1 for t in EXPECTED}
+
+def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
+    (tmp_path / 'afile').write_text('')
+    r = run('--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path / "afile"}')
+    assert_one_line_error(r, 'cannot write', 'afile is a file', '--data_root')
 def test_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'),
                           "unknown dataset 'nope'", 'shakespeare', 'fineweb')
