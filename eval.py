@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from model import load_checkpoint
-from prepare import data_error, get_tokenizer, load_meta, load_tokens, read_eval_docs
+from prepare import data_error, folders, get_tokenizer, load_meta, load_tokens, read_eval_docs
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -277,6 +277,6 @@ if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
-    reports = {d: evaluate(d) for d in out_dir.split(',')}
+    reports = {d: evaluate(d) for d in folders(out_dir)}
     if len(reports) > 1:
         rank(reports)

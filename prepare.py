@@ -145,6 +145,12 @@ def check_output(path, key):
     if os.path.isdir(path) or not os.access(where, os.W_OK):
         why = f"{path} is a folder" if os.path.isdir(path) else f"{where} is read-only"
         raise ValueError(f"cannot write {path}: {why}: give another --{key}")
+
+def folders(value, key='out_dir'):  # 'a,b' -> ['a', 'b'], each named once
+    if '' in (names := value.split(',')) or len(set(names)) < len(names):
+        raise ValueError(f"--{key}={value}: name each folder once, comma-separated: --{key}=a,b")
+    return names
+
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
     local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)  # same layout
     if os.path.isfile(local):  # a rerun reuses what an earlier run downloaded

@@ -12,7 +12,7 @@ import time
 from contextlib import nullcontext
 import torch
 from model import load_checkpoint, parse_exit
-from prepare import get_tokenizer
+from prepare import folders, get_tokenizer
 
 out_dir = 'out'  # or several: out-a,out-b
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
@@ -90,7 +90,7 @@ def sample(out_dir):
             print(decode(x[0].tolist()) + body)
             print('---------------')
 
-for name in out_dir.split(','):  # several models: one after another, each under its name
+for name in folders(out_dir):  # several models: one after another, each under its name
     if ',' in out_dir:
         print(f"=== {name} ===")
     sample(name)

@@ -80,6 +80,9 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
                                 ['out/ckpt.pt', 'lacks meta', 'train.py']),
     'sample_device_mps': (None, (*SAMPLE, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
     'eval_device_mps': (None, (*EVAL, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
+    'sample_out_dir_trailing_comma': (None, (*SAMPLE, '--out_dir=out,'), ['--out_dir=out,', 'once']),
+    'eval_out_dir_trailing_comma': (None, (*EVAL, '--out_dir=out,'), ['--out_dir=out,', 'once']),
+    'eval_out_dir_twice': (None, (*EVAL, '--out_dir=out,out'), ['--out_dir=out,out', 'once']),
     'eval_dataset_unknown': (None, (*EVAL, '--dataset=nope'),
                              ['data/nope_byte/meta.json', 'topics,shakespeare', 'check --dataset']),
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'), ['--start', 'not UTF-8']),  # byte 0xe9
