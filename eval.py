@@ -13,7 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from model import load_checkpoint
-from prepare import data_error, folders, get_tokenizer, load_meta, load_tokens, read_eval_docs
+from prepare import (check_output, data_error, folders, get_tokenizer, load_meta, load_tokens,
+                     read_eval_docs)
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -173,6 +174,7 @@ def write_html(path, docs, tokens, depth, decode, report):
         for t, d in zip(tokens[i][1:], depth[i].tolist()):  # zip stops at the block's end
             spans += f'<span title="{d}" style="background:{colour(d)}">{esc(decode([t]))}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
 
@@ -269,14 +271,24 @@ def rank(reports):
     print_rows("models, ranked by suffix NLL (masked: real tokens; unmasked: with padding)", rows)
     if any(row['rank_masked'] != row['rank_unmasked'] for row in rows):
         print("  the two rankings disagree: rank by masked (padding is not language)")
+    os.makedirs(os.path.dirname(table) or '.', exist_ok=True)
     with open(table, 'w') as f:
         json.dump(rows, f, indent=2)
     print(f"wrote {table}")
+
+def check_outputs():  # before the work: every file the run writes can be written
+    for d in folders(out_dir):
+        check_output(os.path.join(d, 'eval.json'), 'out_dir')
+    if html:
+        check_output(html, 'html')
+    if ',' in out_dir:
+        check_output(table, 'table')
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
     ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else nullcontext()
+    check_outputs()
     reports = {d: evaluate(d) for d in folders(out_dir)}
     if len(reports) > 1:
         rank(reports)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT, RULES, load_checkpoint
-from prepare import load_meta, load_tokens, sft_targets
+from prepare import check_output, load_meta, load_tokens, sft_targets
 
 # -----------------------------------------------------------------------------
 # default config: the paper's 7M single-depth sandwich (v3) on the topics data
@@ -72,6 +72,7 @@ config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
 def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])

@@ -94,7 +94,7 @@ def finish(p):
 
 def test_eval_json_report_and_html(tmp_path):
     make_run(tmp_path)
-    rc, out, err = finish(start_eval(tmp_path, '--html=depth.html'))
+    rc, out, err = finish(start_eval(tmp_path, '--html=maps/new/depth.html'))  # folders it makes
     assert rc == 0, err
     r = json.loads((tmp_path / 'out' / 'eval.json').read_text())
     assert {'suffix_nll', 'depth_scan', 'early_exit', 'topics', 'residual_probe_r', 'alphas'} <= set(r)
@@ -110,7 +110,7 @@ def test_eval_json_report_and_html(tmp_path):
     for needle in ('suffix NLL', 'masked', 'depth scan', 'early exit', 'topics', 'probes of NLL', 'alphas',
                    'measures padding', 'skipped 2 malformed lines', 'wrote out/eval.json'):
         assert needle in out, needle
-    page = (tmp_path / 'depth.html').read_text()
+    page = (tmp_path / 'maps' / 'new' / 'depth.html').read_text()
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
     assert '<svg' in page and '<polyline' in page

@@ -291,6 +291,8 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'dataset_outside_data': (None, ('train.py', *TINY, '--dataset=../../etc'), ['etc', 'check --dataset']),
     'init_from_without_ckpt': (lambda d: (d / 'nodir').mkdir(), ('train.py', *TINY, '--init_from=nodir'),
                                ['no checkpoint at nodir/ckpt.pt', 'found out/ckpt.pt', '--init_from=out']),
+    'out_dir_is_a_file': (lambda d: (d / 'afile').write_text('mine'), ('train.py', *TINY, '--out_dir=afile'),
+                          ['cannot write afile/ckpt.pt', 'afile is a file', '--out_dir']),
     'config_syntax_error': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = (1\n'),
                             ('train.py', 'mine.py'), ["config file 'mine.py'", 'line 2', 'SyntaxError']),
 }

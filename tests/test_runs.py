@@ -243,3 +243,19 @@ def test_run_from_another_folder_names_the_working_directory(job):
     r, cwd = job
     one_line_error(r, 'data/tiny/meta.json not found', f'no data/ in the working directory {cwd}')
     assert list(cwd.iterdir()) == []
+
+
+@work
+def read_only_outputs_are_refused_before_the_work(d):
+    make_data(d)
+    ok(run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1'))
+    with read_only_folder(d / 'ro'):
+        return run_all((d, 'train.py', *TINY, '--out_dir=ro'),
+                       (d, 'eval.py', '--device=cpu', '--html=ro/depth.html'))
+
+
+def test_read_only_outputs_are_refused_before_the_work(job):
+    train, evaluate = job
+    one_line_error(train, 'cannot write ro/ckpt.pt', 'is read-only', '--out_dir')  # was an OSError
+    one_line_error(evaluate, 'cannot write ro/depth.html', 'is read-only', '--html')  # after the whole eval
+    assert 'iter ' not in train.stdout and 'suffix NLL' not in evaluate.stdout
