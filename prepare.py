@@ -32,9 +32,10 @@ SONNETS = 'danfriedman0/neural-sonnets/master/data/sonnets.txt'
 HF_HOST = 'huggingface.co'  # FineWeb, GPT-2 tokenized, in llm.c's shard format
 FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, number)
 
-def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; decode drops ids >= eot
-    if name == 'byte':
-        decode = lambda ids: bytes(i for i in map(int, ids) if i < 256).decode('utf-8', 'replace')
+def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT decodes as GPT-2's
+    if name == 'byte':  # '<|endoftext|>', so a document boundary shows
+        eot = lambda i: b'<|endoftext|>' if i == 256 else bytes([i])
+        decode = lambda ids: b''.join(map(eot, map(int, ids))).decode('utf-8', 'replace')
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
         raise ValueError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
@@ -44,8 +45,7 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; dec
     except (OSError, ValueError) as e:
         raise ValueError(f"no gpt2 BPE files ({type(e).__name__}): export "
                          "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
-    decode = lambda ids: enc.decode([i for i in map(int, ids) if i < enc.eot_token])
-    return enc.encode_ordinary, decode, enc.eot_token
+    return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
 def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))

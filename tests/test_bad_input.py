@@ -152,6 +152,24 @@ def test_non_utf8_line_of_eval_jsonl_is_skipped_and_counted(job):
     assert report['skipped_lines'] == 1 and report['eval_docs'] == 2
 
 
+@work
+def sample_shows_a_document_boundary(d):
+    """A model that always predicts EOT: its samples must show each boundary, not run texts together."""
+    base(d)
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    model = GPT(GPTConfig(**{**ckpt['model_args'], 'bias': True}))
+    with torch.no_grad():  # the last state is ln_f's bias, all ones: the logits are wte @ 1
+        model.ln_f.weight.zero_(), model.ln_f.bias.fill_(1.0), model.wte.weight.zero_()
+        model.wte.weight[256] = 1.0
+    torch.save({**ckpt, 'model': model.state_dict(), 'model_args': asdict(model.config)}, d / 'out' / 'ckpt.pt')
+    args = (*SAMPLE, '--start=hi', '--temperature=0', '--max_new_tokens=2')
+    return run(d, *args), run(d, *args, '--show_depth=True')
+
+
+def test_sample_shows_a_document_boundary(job):
+    plain, painted = job
+    assert 'hi<|endoftext|><|endoftext|>\n' in ok(plain)  # it printed 'hi' and nothing more
+    assert ok(painted).count('<|endoftext|>') == 2
 # ---------------------------------------------------------------- every knob out of range: stopped by its _valid rule
 RULES = {  # name: (script and args, words the one error line must contain)
     'sample_max_new_tokens_0': (('sample.py', '--max_new_tokens=0'), ['max_new_tokens=0', 'max_new_tokens >= 1']),

@@ -152,7 +152,7 @@ def read_outputs(out_dir):
     for split in ('train', 'val'):
         ids = prepare.load_tokens(str(out_dir), split)
         assert ids.dtype == np.dtype(meta['dtype']) and len(ids) and ids[-1] == eot  # EOT ends docs
-        trained += [decode(doc) for doc in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
+        trained += [decode(doc[:-1]) for doc in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
     return meta, held, trained
 
 def snapshot(out_dir):
@@ -394,7 +394,7 @@ def test_byte_tokenizer():
     ids = encode(text)
     assert eot == 256 and max(ids) < 256 and decode(ids) == text
     ids = np.array(encode('hi') + [eot] + encode('!'), dtype=np.uint16)
-    assert decode(ids) == 'hi!'  # EOT (and anything >= 256) dropped
+    assert decode(ids) == 'hi<|endoftext|>!'  # a document boundary shows, as GPT-2's does
     assert decode([0xe6, 0x97]) == '\ufffd'  # a cut multi-byte char never raises
     with pytest.raises(ValueError, match="'gpt2' or 'byte'"):
         prepare.get_tokenizer('bpe')
@@ -417,7 +417,7 @@ def test_gpt2_tokenizer(sources, tmp_path):
     encode, decode, eot = prepare.get_tokenizer('gpt2')
     text = 'Hello world, caf\u00e9 \u2014 <|endoftext|> stays text'
     assert eot == 50256 and decode(encode(text)) == text and eot not in encode(text)  # stays text
-    assert decode(encode('a') + [eot] + encode('b')) == 'ab'  # EOT dropped, as with 'byte'
+    assert decode(encode('a') + [eot] + encode('b')) == 'a<|endoftext|>b'  # as with 'byte'
     r = run('--dataset=shakespeare', '--tokenizer=gpt2', f'--mirror={sources}',
             f'--data_root={tmp_path}', '--eval_docs=5')
     assert r.returncode == 0, r.stderr
