@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from model import load_checkpoint
 from prepare import (check_output, data_error, folders, get_tokenizer, load_meta, load_tokens,
-                     read_eval_docs)
+                     pieces, read_eval_docs)
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -171,8 +171,10 @@ def write_html(path, docs, tokens, depth, decode, report):
         if i >= 3 and docs[i - 3]['topic'] == doc['topic']:
             continue
         spans = esc(decode(tokens[i][:1]))  # the first token is predicted by nothing
-        for t, d in zip(tokens[i][1:], depth[i].tolist()):  # zip stops at the block's end
-            spans += f'<span title="{d}" style="background:{colour(d)}">{esc(decode([t]))}</span>'
+        shown = tokens[i][1:len(depth[i]) + 1]  # up to the block's end
+        for text, a, b in pieces(shown, decode):  # one span a character (of 1 or more tokens)
+            d = depth[i, a:b].max().item()
+            spans += f'<span title="{d}" style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:

@@ -47,6 +47,15 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT
                          "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
+def pieces(ids, decode):
+    """-> [(text, i, j)]: ids[i:j] decoded together. A character that spans several tokens (the 2
+    bytes of '£') is decoded whole, not as two replacement marks (a run holds at most 4)."""
+    out, i = [], 0
+    for j in range(1, len(ids) + 1):
+        if not (text := decode(ids[i:j])).endswith('\ufffd') or j - i == 4 or j == len(ids):
+            out, i = out + [(text, i, j)], j
+    return out
+
 def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
     if name.removesuffix('_byte') not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it

@@ -12,7 +12,7 @@ import time
 from contextlib import nullcontext
 import torch
 from model import load_checkpoint, parse_exit
-from prepare import folders, get_tokenizer
+from prepare import folders, get_tokenizer, pieces
 
 out_dir = 'out'  # or several: out-a,out-b
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
@@ -82,9 +82,10 @@ def sample(out_dir):
             if exit_policy or model.config.act:  # what adaptive depth spent, of the maximum
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
-            if show_depth:
-                body = "".join(paint(decode([t]), d, max_depth)
-                               for t, d in zip(new, depth[0].tolist()))
+            if show_depth:  # a character of several tokens: the most depth one of them had
+                depths = depth[0].tolist()
+                body = "".join(paint(text, max(depths[i:j]), max_depth)
+                               for text, i, j in pieces(new, decode))
             else:
                 body = decode(new)
             print(decode(x[0].tolist()) + body)

@@ -74,7 +74,7 @@ def make_run(root, vocab_size=257):
              json.dumps(dict(topic='code', text='<script>alert(1)</script> & more')),
              '{"topic": "code", "text": ',  # truncated
              'not json at all',
-             json.dumps(dict(topic='news', text='Stocks rose on Monday as markets ' * 4)),
+             json.dumps(dict(topic='news', text='Stocks rose \u00a35 on Monday as markets ' * 4)),  # '£': 2 bytes
              json.dumps(dict(topic='chat', text='hi'))]  # mostly pad in the suffix
     (d / 'eval.jsonl').write_text('\n'.join(lines) + '\n')
     cfg = GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1)
@@ -114,6 +114,7 @@ def test_eval_json_report_and_html(tmp_path):
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
     assert '<svg' in page and '<polyline' in page
+    assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page)) and '\ufffd' not in page
 
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),

@@ -282,6 +282,14 @@ def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
     (tmp_path / 'afile').write_text('')
     r = run('--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path / "afile"}')
     assert_one_line_error(r, 'cannot write', 'afile is a file', '--data_root')
+
+def test_pieces_decode_a_character_of_several_tokens_whole():
+    encode, decode, eot = prepare.get_tokenizer('byte')
+    ids = encode('a£b日') + [eot] + [0xe6, 0x97]  # '£': 2 bytes, '日': 3; a cut character at the end
+    assert prepare.pieces(ids, decode) == [('a', 0, 1), ('£', 1, 3), ('b', 3, 4), ('日', 4, 7),
+                                           ('<|endoftext|>', 7, 8), ('\ufffd', 8, 10)]
+    assert [j - i for _, i, j in prepare.pieces([0xff] * 6, decode)] == [4, 2]  # not UTF-8: runs of at most 4
+
 def test_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'),
                           "unknown dataset 'nope'", 'shakespeare', 'fineweb')
