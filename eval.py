@@ -162,6 +162,7 @@ def write_html(path, docs, tokens, depth, decode, report):
     uniform = [(s['mean_depth'], s['nll']) for s in report['depth_scan']]
     uniform += [(c['mean_depth'], c['uniform_nll']) for c in report['early_exit']]
     series = [('per-token exit', 'crimson', exits), ('uniform depth', 'steelblue', uniform)]
+    series = [s for s in series if s[2]]  # the legend names only what the model has (ACT: no exit)
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(depth.min()), top + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'

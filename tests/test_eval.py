@@ -116,6 +116,17 @@ def test_eval_json_report_and_html(tmp_path):
     assert '<svg' in page and '<polyline' in page
     assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page)) and '\ufffd' not in page
 
+def test_depth_map_legend_names_only_what_the_model_has(tmp_path):
+    """An ACT model has no per-token exit curve: the chart's legend must not name one."""
+    encode, decode, _ = ev.get_tokenizer('byte')
+    tokens = [encode('costs \u00a35')]
+    report = dict(early_exit=[], depth_scan=[dict(mean_depth=2.0, nll=3.0)], depth_source='the ACT gate')
+    ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens, torch.ones(1, 7, dtype=torch.long),
+                  decode, report)
+    page = (tmp_path / 'act.html').read_text()
+    assert 'per-token exit' not in page and 'uniform depth' in page
+    assert '>\u00a3<' in page and '\ufffd' not in page  # one span for the character's 2 bytes
+
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),
              'vocab': ([], 'meta.json has vocab_size 300 but the checkpoint has 257'),
