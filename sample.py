@@ -38,8 +38,8 @@ ctx = torch.autocast('cuda', dtype=torch.bfloat16) if 'cuda' in device else null
 if start.startswith('FILE:'):
     path = start[5:]
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"prompt file {path} not found "
-                                "(--start=FILE:path reads the prompt from path)")
+        what = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
+        raise FileNotFoundError(f"prompt file {path} {what} (--start=FILE:path reads path)")
     try:
         start = pathlib.Path(path).read_text(encoding='utf-8')
     except UnicodeDecodeError as e:

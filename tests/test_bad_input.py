@@ -88,6 +88,7 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'eval_html_is_a_folder': (None, (*EVAL, '--html=data'), ['cannot write data', 'is a folder', '--html']),
     'eval_html_under_a_file': (None, (*EVAL, f'--html={DATA}/meta.json/depth.html'),
                                ['meta.json is a file', '--html']),
+    'sample_start_is_a_folder': (None, (*SAMPLE, '--start=FILE:data'), ['prompt file data', 'is a folder']),
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'), ['--start', 'not UTF-8']),  # byte 0xe9
     'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'), ["'maxprob:nan'", '0..1']),
     'sample_exit_at_above_1': (None, (*SAMPLE, '--exit_at=maxprob:1.5'), ["'maxprob:1.5'", '0..1']),
