@@ -13,7 +13,7 @@ import time
 import fcntl
 import shlex
 import signal
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, fields
 import numpy as np
 import torch
@@ -230,8 +230,16 @@ def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
                 config={k: globals()[k] for k in config_keys}, meta=meta)
-    torch.save(ckpt, ckpt_path + '.tmp')  # write, then rename: a crash never leaves half a ckpt.pt
-    os.replace(ckpt_path + '.tmp', ckpt_path)
+    try:  # write, then rename: a crash never leaves half a ckpt.pt
+        with open(ckpt_path + '.tmp', 'wb') as f:  # (a file of ours: a full disk raises OSError)
+            torch.save(ckpt, f)
+        os.replace(ckpt_path + '.tmp', ckpt_path)
+    except OSError as e:  # a full or read-only disk: one line, and ckpt.pt stays whole
+        raise ValueError(f"cannot save {ckpt_path} at iter {iter_num}: {e.strerror}; it is left "
+                         "as it was: free some space, or use another --out_dir") from None
+    finally:  # after an error or a second Ctrl-C, no partial file is left to fill the disk
+        with suppress(FileNotFoundError):
+            os.remove(ckpt_path + '.tmp')
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
 def request_stop(signum, frame):

@@ -5,6 +5,7 @@ Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts 
 that the module starts in the background (a few threads, in test order) as soon as the first test asks;
 the test itself then only waits for its own results and asserts."""
 import json, os, re, shutil, signal, socket, subprocess, threading, time
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -313,3 +314,22 @@ def test_bad_input_is_one_line_error_naming_the_fix(job, case):
     one_line_error(r, *BAD[case][2])
     # a failed run never touches an existing checkpoint (every case has one in out/, the resume case reads it)
     assert after == before and not tmp_left and 'saved checkpoint' not in r.stdout
+
+
+# ---------------------------------------------------------------- a disk that fills, or turns read-only, while saving
+@work
+def save_on_a_full_or_read_only_disk_is_one_line(d, disk):
+    """The save's file, out/ckpt.pt.tmp, points at /dev/full (every write: ENOSPC) or into a read-only folder."""
+    before = clone(base(d), d)
+    with read_only_folder(d / 'ro') if disk == 'read-only' else nullcontext():
+        os.symlink('/dev/full' if disk == 'full' else d / 'ro' / 'ckpt.pt.tmp', d / 'out' / 'ckpt.pt.tmp')
+        r = run(d, 'train.py', *TINY, '--init_from=resume', '--max_iters=3', '--eval_interval=3')
+    return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(os.listdir(d / 'out'))
+
+
+@pytest.mark.parametrize('disk', ['full', 'read-only'])
+def test_save_on_a_full_or_read_only_disk_is_one_line(job, disk):
+    r, before, after, listing = job
+    why = {'full': 'No space left on device', 'read-only': 'Read-only file system'}[disk]
+    one_line_error(r, 'cannot save out/ckpt.pt at iter 3', why, 'left as it was')  # was: RuntimeError
+    assert after == before and listing == ['ckpt.pt']  # the partial .tmp is gone: it kept the disk full
