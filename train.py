@@ -11,6 +11,7 @@ import sys
 import math
 import time
 import fcntl
+import atexit
 import shlex
 import signal
 from contextlib import nullcontext, suppress
@@ -155,7 +156,12 @@ else:
                          f"{gptconf.block_size + 1} tokens)")
     if init_from == 'resume':
         iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+def unlock(made):  # when the run ends: its lock file goes, and an out_dir it made but left empty
+    os.remove(os.path.join(out_dir, 'train.lock'))
+    if made and not os.listdir(out_dir):
+        os.rmdir(out_dir)
 if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
+    made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     lock = open(os.path.join(out_dir, 'train.lock'), 'w')
     try:
@@ -163,6 +169,7 @@ if master:  # one run at a time in out_dir: a lock that the system drops when a 
     except BlockingIOError:
         raise ValueError(f"another training run is writing to {out_dir}: wait for it to finish, "
                          "or pick another --out_dir") from None
+    atexit.register(unlock, made)
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':

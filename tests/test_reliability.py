@@ -174,12 +174,14 @@ DIVERGE = ['--init_from=resume', '--learning_rate=1e30', '--grad_clip=0.0', '--w
 def divergence_stops_with_a_clear_message(d):
     """Resume the base run (iter 2) with an absurd learning rate: its first update blows the weights up."""
     before = clone(base(d), d)
-    return run(d, 'train.py', *TINY, *DIVERGE, '--eval_interval=1000'), before, (d / 'out' / 'ckpt.pt').read_bytes()
+    r = run(d, 'train.py', *TINY, *DIVERGE, '--eval_interval=1000')
+    return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(os.listdir(d / 'out'))
 
 
 def test_divergence_stops_with_a_clear_message(job):
-    r, before, after = job
+    r, before, after, listing = job
     msg = one_line_error(r, 'loss', 'last good loss', 'learning_rate', 'alpha')
+    assert listing == ['ckpt.pt'], 'the run left more than its checkpoint (a train.lock?)'
     assert re.search(r'\b(nan|inf)\b', msg), msg
     logged = losses(r.stdout)
     last = max(logged)
@@ -305,15 +307,15 @@ def bad_input_is_one_line_error_naming_the_fix(d, case):
     before = clone(base(d), d)
     if setup:
         setup(d)
-    return run(d, *cmd), before, (d / 'out' / 'ckpt.pt').read_bytes(), (d / 'out' / 'ckpt.pt.tmp').exists()
+    return run(d, *cmd), before, (d / 'out' / 'ckpt.pt').read_bytes(), os.listdir(d / 'out')
 
 
 @pytest.mark.parametrize('case', BAD)
 def test_bad_input_is_one_line_error_naming_the_fix(job, case):
-    r, before, after, tmp_left = job
+    r, before, after, listing = job
     one_line_error(r, *BAD[case][2])
     # a failed run never touches an existing checkpoint (every case has one in out/, the resume case reads it)
-    assert after == before and not tmp_left and 'saved checkpoint' not in r.stdout
+    assert after == before and listing == ['ckpt.pt'] and 'saved checkpoint' not in r.stdout
 
 
 # ---------------------------------------------------------------- a disk that fills, or turns read-only, while saving

@@ -39,6 +39,7 @@ def text(lines):
 def rerun_without_resume_refuses_and_says_how(d):
     make_data(d)
     first = run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2')
+    listing = sorted(os.listdir(d / 'out'))
     before = (d / 'out' / 'ckpt.pt').read_bytes()
     rerun = run(d, 'train.py', *TINY, '--max_iters=4', '--eval_interval=2')
     after = (d / 'out' / 'ckpt.pt').read_bytes()
@@ -47,12 +48,13 @@ def rerun_without_resume_refuses_and_says_how(d):
                            timeout=240) if m else None  # the hint, run as typed
     resumed_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
     over = run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--overwrite=True')
-    return first, before, rerun, after, m, typed, resumed_iter, over, load(d / 'out' / 'ckpt.pt')['iter_num']
+    return first, before, rerun, after, m, typed, resumed_iter, over, load(d / 'out' / 'ckpt.pt')['iter_num'], listing
 
 
 def test_rerun_without_resume_refuses_and_says_how(job):
-    first, before, rerun, after, m, typed, resumed_iter, over, over_iter = job
+    first, before, rerun, after, m, typed, resumed_iter, over, over_iter, listing = job
     ok(first)
+    assert listing == ['ckpt.pt'], 'the finished run left its train.lock behind'  # (it used to: 0 bytes)
     one_line_error(rerun, 'out/ckpt.pt', 'already holds a run', '--init_from=resume', '--overwrite=True')
     assert after == before and 'saved checkpoint' not in rerun.stdout
     assert m and typed is not None
