@@ -356,3 +356,5 @@ while iter_num < max_iters:
 if ddp:
     dist.barrier()  # the other ranks wait for rank 0's last eval and save, then all end together
     dist.destroy_process_group()
+if stop:  # Ctrl-C or SIGTERM: exit as a shell reports them, 130 or 143, so `a && b` stops here
+    sys.exit(128 + stop[0])

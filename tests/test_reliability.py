@@ -107,17 +107,18 @@ def interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(d, name):
     p = start(d, 'train.py', *TINY, '--max_iters=100000', '--eval_interval=100000')
     out, err, took = interrupt_after(p, 3, SIGNALS[name])
     if not (d / 'out' / 'ckpt.pt').exists():
-        return out, err, took, None, None, None
+        return out, err, took, p.returncode, None, None, None
     ckpt, last = load(d / 'out' / 'ckpt.pt'), max(losses(out), default=0)
     resumed = run(d, 'train.py', *TINY, '--init_from=resume', f'--max_iters={last + 2}', '--eval_interval=100000')
-    return out, err, took, ckpt, resumed, load(d / 'out' / 'ckpt.pt')['iter_num']
+    return out, err, took, p.returncode, ckpt, resumed, load(d / 'out' / 'ckpt.pt')['iter_num']
 
 
 @pytest.mark.parametrize('name', SIGNALS)
 def test_interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(job, name):
-    out, err, took, ckpt, resumed, resumed_iter = job
+    out, err, took, rc, ckpt, resumed, resumed_iter = job
     assert took < 10, f"took {took:.1f}s to exit after {name}"
     assert 'Traceback' not in err, err
+    assert rc == 128 + SIGNALS[name], f"exit status {rc}: `train.py a && train.py b` would go on"  # 130, 143
     last = max(losses(out))  # the last finished (logged) iteration
     assert last >= 3
     assert ckpt is not None, f"no checkpoint after {name}\n{out}\n{err}"
