@@ -289,8 +289,8 @@ if eval_only:
         print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
     raise SystemExit
 if iter_num >= max_iters:
-    raise SystemExit(f"nothing to train: {ckpt_path} is at iter {iter_num} and max_iters is "
-                     f"{max_iters}; raise --max_iters to train on")
+    at = f"{ckpt_path} is at iter {iter_num} and " if init_from == 'resume' else ''
+    raise SystemExit(f"nothing to train: {at}max_iters is {max_iters}; raise --max_iters")
 signal.signal(signal.SIGINT, request_stop)
 signal.signal(signal.SIGTERM, request_stop)
 if master:

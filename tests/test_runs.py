@@ -235,6 +235,18 @@ def test_unusable_device_is_one_line_in_every_script(job):
 
 
 @work
+def max_iters_0_on_a_fresh_run_says_what_is_true(d):
+    make_data(d)
+    return run(d, 'train.py', *TINY, '--max_iters=0', '--out_dir=fresh'), os.path.exists(d / 'fresh')
+
+
+def test_max_iters_0_on_a_fresh_run_says_what_is_true(job):
+    r, made = job
+    assert r.returncode != 0 and 'nothing to train: max_iters is 0' in r.stderr, r.stderr
+    assert 'ckpt.pt' not in r.stderr and not made  # there is no fresh/ckpt.pt "at iter 0"
+
+
+@work
 def run_from_another_folder_names_the_working_directory(d):
     make_data(d)
     (d / 'elsewhere').mkdir()
