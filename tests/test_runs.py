@@ -44,11 +44,17 @@ def rerun_without_resume_refuses_and_says_how(d):
     rerun = run(d, 'train.py', *TINY, '--max_iters=4', '--eval_interval=2')
     after = (d / 'out' / 'ckpt.pt').read_bytes()
     m = re.search(r'resume it with  (.+?)  or', rerun.stderr)
-    typed = subprocess.run(['bash', '-c', m.group(1)], cwd=d, env=ENV, capture_output=True, text=True,
+    typed = subprocess.run(['bash', '-c', as_typed(m.group(1))], cwd=d, env=ENV, capture_output=True, text=True,
                            timeout=240) if m else None  # the hint, run as typed
     resumed_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
     over = run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--overwrite=True')
     return first, before, rerun, after, m, typed, resumed_iter, over, load(d / 'out' / 'ckpt.pt')['iter_num'], listing
+
+
+def as_typed(command):
+    """A printed `python ...` command, run by this test's python: the one first on PATH may be another."""
+    assert command.startswith('python '), command
+    return shlex.quote(sys.executable) + command[len('python'):]
 
 
 def test_rerun_without_resume_refuses_and_says_how(job):
