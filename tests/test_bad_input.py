@@ -213,6 +213,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
     'train_dataset_empty': (('train.py', '--dataset='), ["dataset=''", "dataset != ''"]),
     'train_init_from_empty': (('train.py', '--init_from='), ["init_from=''", "init_from != ''"]),
+    'frontier_results_empty': (('frontier.py', '--results='), ["results=''", "results != ''"]),
 }
 
 
