@@ -17,6 +17,7 @@ $ python bench.py --device=cuda --compile=True (bf16; compile applies to the tra
 import os
 import sys
 import time
+import shlex
 from contextlib import nullcontext
 import torch
 from model import GPTConfig, GPT, Block, load_checkpoint, parse_exit
@@ -44,7 +45,8 @@ compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
 _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
-          'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0']  # configurator.py checks them
+          'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0',
+          "prompt != ''"]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
@@ -208,7 +210,7 @@ for name, full, ids, policies in groups:
 # the header: the command, the machine, the shapes
 where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
 dtype = 'bf16' if cuda else 'float32'
-print(f"$ python {' '.join(sys.argv)}")
+print(f"$ python {shlex.join(sys.argv)}")  # as typed: it runs again
 print(f"{where}, torch {torch.__version__}, {dtype}, compile={compile}; median of {repeats}")
 print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, "
       f"vocab {vocab_size}")

@@ -171,6 +171,21 @@ def test_sample_shows_a_document_boundary(job):
     plain, painted = job
     assert 'hi<|endoftext|><|endoftext|>\n' in ok(plain)  # it printed 'hi' and nothing more
     assert ok(painted).count('<|endoftext|>') == 2
+
+
+@work
+def bench_echoes_its_command_as_typed(d):
+    return run(d, 'bench.py', '--device=cpu', '--phantom_ks=(1,)', '--k=1', '--n_embd=16', '--n_head=2',
+               '--block_size=8', '--batch_size=1', '--gen_tokens=2', '--gen_loops=(1,)', '--repeats=1',
+               '--prompt=ab', '--exit_at=maxprob:0.9')
+
+
+def test_bench_echoes_its_command_as_typed(job):
+    first = next(line for line in ok(job).splitlines() if line.startswith('$ python '))
+    assert "'--phantom_ks=(1,)'" in first
+    assert subprocess.run(['bash', '-n', '-c', first[2:]]).returncode == 0  # unquoted, (1,) is bash syntax
+
+
 # ---------------------------------------------------------------- every knob out of range: stopped by its _valid rule
 RULES = {  # name: (script and args, words the one error line must contain)
     'sample_max_new_tokens_0': (('sample.py', '--max_new_tokens=0'), ['max_new_tokens=0', 'max_new_tokens >= 1']),
@@ -213,6 +228,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
     'train_dataset_empty': (('train.py', '--dataset='), ["dataset=''", "dataset != ''"]),
     'train_init_from_empty': (('train.py', '--init_from='), ["init_from=''", "init_from != ''"]),
+    'bench_prompt_empty': (('bench.py', '--prompt='), ["prompt=''", "prompt != ''"]),  # (it measured 28 s first)
     'frontier_results_empty': (('frontier.py', '--results='), ["results=''", "results != ''"]),
 }
 
