@@ -418,10 +418,10 @@ def load_checkpoint(path, device='cpu', key='out_dir'):
 def parse_exit(s):
     """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate."""
     kind, _, t = s.partition(':')
-    try:  # a threshold no token can meet (maxprob above 1, resid 0 or below, nan) never exits
-        if kind == 'maxprob' and 0 <= float(t) <= 1 or kind == 'resid' and float(t) > 0:
+    try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
+        if kind in ('maxprob', 'resid') and float(t) >= 0:
             return kind, float(t)
     except ValueError:  # not a number: the error below
         pass
-    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' (0..1) or 'resid:THRESHOLD' "
-                     "(> 0), e.g. 'maxprob:0.9'")
+    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', THRESHOLD "
+                     ">= 0, e.g. 'maxprob:0.9'")
