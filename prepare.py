@@ -155,9 +155,10 @@ def check_output(path, key):
         why = f"{path} is a folder" if os.path.isdir(path) else f"{where} is read-only"
         raise ValueError(f"cannot write {path}: {why}: give another --{key}")
 
-def folders(value, key='out_dir'):  # 'a,b' -> ['a', 'b'], each named once
-    if '' in (names := value.split(',')) or len(set(names)) < len(names):
-        raise ValueError(f"--{key}={value}: name each folder once, comma-separated: --{key}=a,b")
+def folders(value, key='out_dir', once=True):  # 'a,b' -> ['a', 'b']; none empty, each once
+    if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
+        why = 'an empty name' if '' in names else 'a folder named twice'
+        raise ValueError(f"--{key}={value}: {why}; name the folders comma-separated: --{key}=a,b")
     return names
 
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>

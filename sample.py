@@ -91,7 +91,7 @@ def sample(out_dir):
             print(decode(x[0].tolist()) + body)
             print('---------------')
 
-for name in folders(out_dir):  # several models: one after another, each under its name
+for name in folders(out_dir, once=False):  # several models, each under its name (one twice: ok)
     if ',' in out_dir:
         print(f"=== {name} ===")
     sample(name)
