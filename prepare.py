@@ -48,12 +48,12 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
 def pieces(ids, decode):
-    """-> [(text, i, j)]: ids[i:j] decoded together. A character that spans several tokens (the 2
-    bytes of '£') is decoded whole, not as two replacement marks (a run holds at most 4)."""
+    """-> [(text, i, j)]: ids[i:j] decoded together. A run grows while the next token completes a
+    character begun in it (the 2 bytes of '£'): it shows whole, not as two replacement marks."""
     out, i = [], 0
     for j in range(1, len(ids) + 1):
-        if not (text := decode(ids[i:j])).endswith('\ufffd') or j - i == 4 or j == len(ids):
-            out, i = out + [(text, i, j)], j
+        if j == len(ids) or decode(ids[i:j + 1]) == decode(ids[i:j]) + decode(ids[j:j + 1]):
+            out, i = out + [(decode(ids[i:j]), i, j)], j
     return out
 
 def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix

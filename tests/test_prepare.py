@@ -288,7 +288,7 @@ def test_pieces_decode_a_character_of_several_tokens_whole():
     ids = encode('a£b日') + [eot] + [0xe6, 0x97]  # '£': 2 bytes, '日': 3; a cut character at the end
     assert prepare.pieces(ids, decode) == [('a', 0, 1), ('£', 1, 3), ('b', 3, 4), ('日', 4, 7),
                                            ('<|endoftext|>', 7, 8), ('\ufffd', 8, 10)]
-    assert [j - i for _, i, j in prepare.pieces([0xff] * 6, decode)] == [4, 2]  # not UTF-8: runs of at most 4
+    assert [j - i for _, i, j in prepare.pieces([0xff, 0xff, 0x61], decode)] == [1, 1, 1]  # not UTF-8: alone
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'),
