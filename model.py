@@ -4,7 +4,6 @@ A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) 
 Read GPT.forward first, then Loop (step, forward, per_token, until), then KVCache and generate.
 """
 import os
-import re
 import glob
 import math
 from dataclasses import dataclass
@@ -34,8 +33,7 @@ class GPTConfig:
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
         for rule in RULES:  # a library user gets the line configurator.py gives a script's user
             if not eval(rule, vars(self).copy()):
-                keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items()
-                                 if re.search(rf'\b{k}\b', rule))
+                keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items() if k in rule)
                 raise ValueError(f"GPTConfig({keys}): need {rule}")
 
 # the fields' valid values: train.py's configurator.py checks them too, naming the --keys
