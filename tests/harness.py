@@ -76,13 +76,14 @@ def one_line_error(r, *words):
 
 @contextmanager
 def read_only_folder(path):
-    """path, a new empty folder that nobody may write to: a read-only tmpfs mounted there (root, who may write
-    to any folder whatever its mode), or mode 555; the test is skipped where neither can be had."""
+    """path, a new empty folder that nobody may write to: a read-only tmpfs mounted there (root, who
+    may write to any folder whatever its mode), or mode 555; skips the test where neither works."""
     path.mkdir()
     root = os.geteuid() == 0
     if not root:
         path.chmod(0o555)
-    elif subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro', 'tmpfs', str(path)], capture_output=True).returncode:
+    elif subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro', 'tmpfs', str(path)],
+                        capture_output=True).returncode:
         pytest.skip('no read-only folder here: root, and mount is not allowed')
     try:
         yield path

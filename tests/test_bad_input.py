@@ -18,7 +18,7 @@ import prepare
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
 from model import GPT, GPTConfig
 
-DATA = 'data/topics_byte'  # the folder that prepare.py --dataset=topics --tokenizer=byte would write
+DATA = 'data/topics_byte'  # as prepare.py --dataset=topics --tokenizer=byte would write it
 FIX = 'python prepare.py --dataset=topics --tokenizer=byte'
 _base_lock = threading.Lock()
 
@@ -52,6 +52,7 @@ def edit(name, data, under=DATA):  # a setup: (over)write a file of data/topics_
 
 SAMPLE = ('sample.py', '--device=cpu', '--max_new_tokens=2', '--num_samples=1')
 EVAL = ('eval.py', '--device=cpu', '--eval_iters=1', '--batch_size=4')
+MPS = ["device='mps'", 'not usable', '--device=cpu']
 TRAIN = ('train.py', *[a for a in TINY if not a.startswith('--dataset')], '--dataset=topics_byte', '--out_dir=fresh',
          '--max_iters=2')
 
@@ -78,23 +79,33 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
                                  [f'{DATA}/meta.json', "vocab_size '257'", 'whole number', FIX]),
     'checkpoint_without_meta': (lambda d: strip_checkpoint(d, 'meta'), SAMPLE,
                                 ['out/ckpt.pt', 'lacks meta', 'train.py']),
-    'sample_device_mps': (None, (*SAMPLE, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
-    'eval_device_mps': (None, (*EVAL, '--device=mps'), ["device='mps'", 'not usable', '--device=cpu']),
-    'sample_out_dir_trailing_comma': (None, (*SAMPLE, '--out_dir=out,'), ['--out_dir=out,', 'an empty name']),
-    'eval_out_dir_trailing_comma': (None, (*EVAL, '--out_dir=out,'), ['--out_dir=out,', 'an empty name']),
-    'eval_out_dir_twice': (None, (*EVAL, '--out_dir=out,out'), ['--out_dir=out,out', 'named twice']),
+    'sample_device_mps': (None, (*SAMPLE, '--device=mps'), [*MPS]),
+    'eval_device_mps': (None, (*EVAL, '--device=mps'), [*MPS]),
+    'sample_out_dir_trailing_comma': (None, (*SAMPLE, '--out_dir=out,'),
+                                      ['--out_dir=out,', 'an empty name']),
+    'eval_out_dir_trailing_comma': (None, (*EVAL, '--out_dir=out,'),
+                                    ['--out_dir=out,', 'an empty name']),
+    'eval_out_dir_twice': (None, (*EVAL, '--out_dir=out,out'),
+                           ['--out_dir=out,out', 'named twice']),
     'eval_dataset_unknown': (None, (*EVAL, '--dataset=nope'),
                              ['data/nope_byte/meta.json', 'topics,shakespeare', 'check --dataset']),
-    'eval_html_is_a_folder': (None, (*EVAL, '--html=data'), ['cannot write data', 'is a folder', '--html']),
+    'eval_html_is_a_folder': (None, (*EVAL, '--html=data'),
+                              ['cannot write data', 'is a folder', '--html']),
     'eval_html_under_a_file': (None, (*EVAL, f'--html={DATA}/meta.json/depth.html'),
                                ['meta.json is a file', '--html']),
-    'sample_start_is_a_folder': (None, (*SAMPLE, '--start=FILE:data'), ['prompt file data', 'is a folder']),
-    'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'), ['--start', 'not UTF-8']),  # byte 0xe9
-    'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'), ["'maxprob:nan'", 'THRESHOLD >= 0']),
-    'sample_exit_at_resid_-1': (None, (*SAMPLE, '--exit_at=resid:-1'), ["'resid:-1'", 'THRESHOLD >= 0']),
+    'sample_start_is_a_folder': (None, (*SAMPLE, '--start=FILE:data'),
+                                 ['prompt file data', 'is a folder']),
+    'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'),  # the byte 0xe9, in Python
+                              ['--start', 'not UTF-8']),
+    'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'),
+                           ["'maxprob:nan'", 'THRESHOLD >= 0']),
+    'sample_exit_at_resid_-1': (None, (*SAMPLE, '--exit_at=resid:-1'),
+                                ["'resid:-1'", 'THRESHOLD >= 0']),
     'prepare_data_root_a_file': (edit('afile', '', under='.'),
-                                 ('prepare.py', '--tokenizer=byte', '--mirror=nowhere', '--data_root=afile'),
-                                 ['cannot write afile/topics_byte/meta.json', 'afile is a file', '--data_root']),
+                                 ('prepare.py', '--tokenizer=byte', '--mirror=nowhere',
+                                  '--data_root=afile'),
+                                 ['cannot write afile/topics_byte/meta.json', 'afile is a file',
+                                  '--data_root']),
 }
 
 
@@ -153,14 +164,15 @@ def test_non_utf8_line_of_eval_jsonl_is_skipped_and_counted(job):
 
 @work
 def sample_shows_a_document_boundary(d):
-    """A model that always predicts EOT: its samples must show each boundary, not run texts together."""
+    """A model that always predicts EOT: its samples must show each boundary, not run on."""
     base(d)
     ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
     model = GPT(GPTConfig(**{**ckpt['model_args'], 'bias': True}))
     with torch.no_grad():  # the last state is ln_f's bias, all ones: the logits are wte @ 1
         model.ln_f.weight.zero_(), model.ln_f.bias.fill_(1.0), model.wte.weight.zero_()
         model.wte.weight[256] = 1.0
-    torch.save({**ckpt, 'model': model.state_dict(), 'model_args': asdict(model.config)}, d / 'out' / 'ckpt.pt')
+    ckpt.update(model=model.state_dict(), model_args=asdict(model.config))
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
     args = (*SAMPLE, '--start=hi', '--temperature=0', '--max_new_tokens=2')
     return run(d, *args), run(d, *args, '--show_depth=True')
 
@@ -173,15 +185,15 @@ def test_sample_shows_a_document_boundary(job):
 
 @work
 def bench_echoes_its_command_as_typed(d):
-    return run(d, 'bench.py', '--device=cpu', '--phantom_ks=(1,)', '--k=1', '--n_embd=16', '--n_head=2',
-               '--block_size=8', '--batch_size=1', '--gen_tokens=2', '--gen_loops=(1,)', '--repeats=1',
-               '--prompt=ab', '--exit_at=maxprob:0.9')
+    return run(d, 'bench.py', '--device=cpu', '--phantom_ks=(1,)', '--k=1', '--n_embd=16',
+               '--n_head=2', '--block_size=8', '--batch_size=1', '--gen_tokens=2',
+               '--gen_loops=(1,)', '--repeats=1', '--prompt=ab', '--exit_at=maxprob:0.9')
 
 
 def test_bench_echoes_its_command_as_typed(job):
     first = next(line for line in ok(job).splitlines() if line.startswith('$ python '))
     assert "'--phantom_ks=(1,)'" in first
-    assert subprocess.run(['bash', '-n', '-c', first[2:]]).returncode == 0  # unquoted, (1,) is bash syntax
+    assert subprocess.run(['bash', '-n', '-c', first[2:]]).returncode == 0  # unquoted: bash syntax
 
 
 # ---------------------------------------------------------------- every knob out of range: stopped by its _valid rule
@@ -226,7 +238,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
     'train_dataset_empty': (('train.py', '--dataset='), ["dataset=''", "dataset != ''"]),
     'train_init_from_empty': (('train.py', '--init_from='), ["init_from=''", "init_from != ''"]),
-    'bench_prompt_empty': (('bench.py', '--prompt='), ["prompt=''", "prompt != ''"]),  # (it measured 28 s first)
+    'bench_prompt_empty': (('bench.py', '--prompt='), ["prompt=''", "prompt != ''"]),
     'frontier_results_empty': (('frontier.py', '--results='), ["results=''", "results != ''"]),
 }
 

@@ -1,5 +1,5 @@
-"""frontier.py: the selection exit on a hand-made case, a run that stopped early, and the whole command on tiny
-models."""
+"""frontier.py: the selection exit on a hand-made case, a run that stopped early, and the whole
+command on tiny models."""
 import json, re, subprocess
 
 import pytest
@@ -27,7 +27,7 @@ def test_frontier_command_on_tiny_models(tmp_path):
     r = run(tmp_path, 'frontier.py', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4')
     out = ok(r)
     assert out.count('training out-cpu-') == 7  # every model, trained once
-    assert not (tmp_path / 'results').exists()  # the committed results/frontier/ is written only when asked
+    assert not (tmp_path / 'results').exists()  # results/frontier/ is written only when asked
     table = json.loads((tmp_path / 'out-frontier' / 'frontier.json').read_text())
     assert set(table) == {'single-depth', 'multi-depth', 'random depth', 'per-token depth', 'ACT 0.001', 'ACT 0.003', 'ACT 0.01'}
     single = table['single-depth']
@@ -45,11 +45,13 @@ def test_frontier_command_on_tiny_models(tmp_path):
 
 @pytest.fixture
 def trainer(tmp_path, monkeypatch):
-    """frontier.train with train.py replaced by a stand-in that records its arguments and exits with `rc`."""
+    """frontier.train with train.py replaced: a stand-in records its arguments, exits with `rc`."""
     calls, rc = [], [0]
     monkeypatch.setattr(frontier, 'results', str(tmp_path))
-    monkeypatch.setattr(frontier.subprocess, 'run',
-                        lambda args, **kw: calls.append(args) or subprocess.CompletedProcess(args, rc[0]))
+    def train_py(args, **kw):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, rc[0])
+    monkeypatch.setattr(frontier.subprocess, 'run', train_py)
     return calls, rc
 
 
@@ -63,7 +65,8 @@ def test_a_run_that_stopped_early_is_resumed_not_measured(trainer, tmp_path, cap
     save_run(tmp_path / 'half', 51, 1500)  # Ctrl-C at iter 51 of 1,500
     frontier.train(str(tmp_path / 'half'), ['config/cpu_single.py'])
     assert len(calls) == 1 and calls[0][-1] == '--init_from=resume'
-    assert f"resuming {tmp_path / 'half'} (it stopped at iter 51 of 1500)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"resuming {tmp_path / 'half'} (it stopped at iter 51 of 1500)" in out
     save_run(tmp_path / 'done', 1500, 1500)
     frontier.train(str(tmp_path / 'done'), ['config/cpu_single.py'])
     assert len(calls) == 1  # a finished run is measured as it is
@@ -72,5 +75,5 @@ def test_a_run_that_stopped_early_is_resumed_not_measured(trainer, tmp_path, cap
 def test_a_failed_training_is_one_line(trainer, tmp_path):
     calls, rc = trainer
     rc[0] = 130  # stopped with Ctrl-C
-    with pytest.raises(ValueError, match=r'training .*new failed \(exit 130\): see .*train_new\.log'):
+    with pytest.raises(ValueError, match=r'training .*new failed \(exit 130\): see .*_new\.log'):
         frontier.train(str(tmp_path / 'new'), ['config/cpu_single.py'])

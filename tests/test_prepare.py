@@ -257,9 +257,11 @@ def test_fetch_caches_and_reuses(sources, server, tmp_path, monkeypatch):
     assert not any(f.endswith('.tmp') for f in files_under(tmp_path))
 
 def test_interrupted_rerun_leaves_the_folder_as_it_was(sources, tmp_path, monkeypatch):
-    """A rerun with another split, stopped (Ctrl-C) after it wrote train.bin: the folder must stay the first
-    run's, whole (it used to hold the new train.bin beside the old val.bin: held-out docs in train.bin)."""
-    for key, value in dict(mirror=sources, data_root=str(tmp_path / 'data'), tokenizer='byte', eval_docs=2).items():
+    """A rerun with another split, stopped (Ctrl-C) after it wrote train.bin: the folder must stay
+    the first run's, whole (it held the new train.bin beside the old val.bin: held-out docs in
+    train.bin)."""
+    settings = dict(mirror=sources, data_root=str(tmp_path / 'data'), tokenizer='byte', eval_docs=2)
+    for key, value in settings.items():
         monkeypatch.setattr(prepare, key, value)
     root = tmp_path / 'data'
     prepare.main()
@@ -279,7 +281,8 @@ def test_interrupted_rerun_leaves_the_folder_as_it_was(sources, tmp_path, monkey
     monkeypatch.setattr(prepare, 'print', lambda *a, **k: None, raising=False)
     prepare.main()  # the rerun, not stopped: the new folder whole
     assert snapshot(root / 'topics_byte') != first and os.listdir(root) == ['topics_byte']
-    assert Counter(d['topic'] for d in read_outputs(root / 'topics_byte')[1]) == {t: 1 for t in EXPECTED}
+    held = read_outputs(root / 'topics_byte')[1]
+    assert Counter(d['topic'] for d in held) == {t: 1 for t in EXPECTED}
 
 def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
     (tmp_path / 'afile').write_text('')
@@ -291,7 +294,8 @@ def test_pieces_decode_a_character_of_several_tokens_whole():
     ids = encode('a£b日') + [eot] + [0xe6, 0x97]  # '£': 2 bytes, '日': 3; a cut character at the end
     assert prepare.pieces(ids, decode) == [('a', 0, 1), ('£', 1, 3), ('b', 3, 4), ('日', 4, 7),
                                            ('<|endoftext|>', 7, 8), ('\ufffd', 8, 10)]
-    assert [j - i for _, i, j in prepare.pieces([0xff, 0xff, 0x61], decode)] == [1, 1, 1]  # not UTF-8: alone
+    runs = prepare.pieces([0xff, 0xff, 0x61], decode)  # bytes that are not UTF-8: each alone
+    assert [j - i for _, i, j in runs] == [1, 1, 1]
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'),

@@ -118,7 +118,7 @@ def test_interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(job, name):
     out, err, took, rc, ckpt, resumed, resumed_iter = job
     assert took < 10, f"took {took:.1f}s to exit after {name}"
     assert 'Traceback' not in err, err
-    assert rc == 128 + SIGNALS[name], f"exit status {rc}: `train.py a && train.py b` would go on"  # 130, 143
+    assert rc == 128 + SIGNALS[name], f"exit status {rc}: `a && b` would go on to b"  # 130, 143
     last = max(losses(out))  # the last finished (logged) iteration
     assert last >= 3
     assert ckpt is not None, f"no checkpoint after {name}\n{out}\n{err}"
@@ -270,7 +270,8 @@ def short_train_bin(d):
 
 BAD = {  # name: (setup(folder) or None, script and args, words the one line must contain)
     'dataset_missing': (None, ('train.py', *TINY, '--dataset=shakespeare_byte'),
-                        ['data/shakespeare_byte/meta.json', 'python prepare.py --dataset=shakespeare --tokenizer=byte']),
+                        ['data/shakespeare_byte/meta.json',
+                         'python prepare.py --dataset=shakespeare --tokenizer=byte']),
     'vocab_changed': (edit_meta_vocab, RESUME, ['meta.json', 'vocab_size', '300', '257', '--dataset=tiny']),
     'n_embd_n_head': (None, ('train.py', *TINY, '--n_embd=30', '--n_head=4'), ['n_embd=30', 'n_head=4', 'need n_embd % n_head == 0']),
     'loops_zero': (None, ('train.py', *TINY, '--loops=(2,0)'), ['loops=(2, 0)', 'need all(k >= 1 for k in loops)']),
@@ -291,14 +292,20 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'config_is_a_folder': (None, ('train.py', 'data'), ["'data'", 'folder']),
     # issue 23: no prepare.py command makes these two (it used to suggest one)
     'dataset_unknown': (None, ('train.py', *TINY, '--dataset=nope_byte'),
-                        ['data/nope_byte/meta.json', 'topics,shakespeare', 'not nope_byte', 'check --dataset']),
-    'dataset_outside_data': (None, ('train.py', *TINY, '--dataset=../../etc'), ['etc', 'check --dataset']),
-    'init_from_without_ckpt': (lambda d: (d / 'nodir').mkdir(), ('train.py', *TINY, '--init_from=nodir'),
-                               ['no checkpoint at nodir/ckpt.pt', 'found out/ckpt.pt', '--init_from=out']),
-    'out_dir_is_a_file': (lambda d: (d / 'afile').write_text('mine'), ('train.py', *TINY, '--out_dir=afile'),
+                        ['data/nope_byte/meta.json', 'topics,shakespeare', 'not nope_byte',
+                         'check --dataset']),
+    'dataset_outside_data': (None, ('train.py', *TINY, '--dataset=../../etc'),
+                             ['etc', 'check --dataset']),
+    'init_from_without_ckpt': (lambda d: (d / 'nodir').mkdir(),
+                               ('train.py', *TINY, '--init_from=nodir'),
+                               ['no checkpoint at nodir/ckpt.pt', 'found out/ckpt.pt',
+                                '--init_from=out']),
+    'out_dir_is_a_file': (lambda d: (d / 'afile').write_text('mine'),
+                          ('train.py', *TINY, '--out_dir=afile'),
                           ['cannot write afile/ckpt.pt', 'afile is a file', '--out_dir']),
     'config_syntax_error': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = (1\n'),
-                            ('train.py', 'mine.py'), ["config file 'mine.py'", 'line 2', 'SyntaxError']),
+                            ('train.py', 'mine.py'),
+                            ["config file 'mine.py'", 'line 2', 'SyntaxError']),
 }
 
 
@@ -319,13 +326,15 @@ def test_bad_input_is_one_line_error_naming_the_fix(job, case):
     assert after == before and listing == ['ckpt.pt'] and 'saved checkpoint' not in r.stdout
 
 
-# ---------------------------------------------------------------- a disk that fills, or turns read-only, while saving
+# ---------------------------------------------------------------- a full or read-only disk
 @work
 def save_on_a_full_or_read_only_disk_is_one_line(d, disk):
-    """The save's file, out/ckpt.pt.tmp, points at /dev/full (every write: ENOSPC) or into a read-only folder."""
+    """The save's file, out/ckpt.pt.tmp, points at /dev/full (every write: ENOSPC) or into a
+    read-only folder."""
     before = clone(base(d), d)
     with read_only_folder(d / 'ro') if disk == 'read-only' else nullcontext():
-        os.symlink('/dev/full' if disk == 'full' else d / 'ro' / 'ckpt.pt.tmp', d / 'out' / 'ckpt.pt.tmp')
+        target = '/dev/full' if disk == 'full' else d / 'ro' / 'ckpt.pt.tmp'
+        os.symlink(target, d / 'out' / 'ckpt.pt.tmp')
         r = run(d, 'train.py', *TINY, '--init_from=resume', '--max_iters=3', '--eval_interval=3')
     return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(os.listdir(d / 'out'))
 
@@ -334,5 +343,5 @@ def save_on_a_full_or_read_only_disk_is_one_line(d, disk):
 def test_save_on_a_full_or_read_only_disk_is_one_line(job, disk):
     r, before, after, listing = job
     why = {'full': 'No space left on device', 'read-only': 'Read-only file system'}[disk]
-    one_line_error(r, 'cannot save out/ckpt.pt at iter 3', why, 'left as it was')  # was: RuntimeError
-    assert after == before and listing == ['ckpt.pt']  # the partial .tmp is gone: it kept the disk full
+    one_line_error(r, 'cannot save out/ckpt.pt at iter 3', why, 'left as it was')  # a RuntimeError
+    assert after == before and listing == ['ckpt.pt']  # no partial .tmp left to keep the disk full

@@ -44,15 +44,16 @@ def rerun_without_resume_refuses_and_says_how(d):
     rerun = run(d, 'train.py', *TINY, '--max_iters=4', '--eval_interval=2')
     after = (d / 'out' / 'ckpt.pt').read_bytes()
     m = re.search(r'resume it with  (.+?)  or', rerun.stderr)
-    typed = subprocess.run(['bash', '-c', as_typed(m.group(1))], cwd=d, env=ENV, capture_output=True, text=True,
-                           timeout=240) if m else None  # the hint, run as typed
+    typed = subprocess.run(['bash', '-c', as_typed(m.group(1))], cwd=d, env=ENV,
+                           capture_output=True, text=True, timeout=240) if m else None  # as typed
     resumed_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
     over = run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--overwrite=True')
-    return first, before, rerun, after, m, typed, resumed_iter, over, load(d / 'out' / 'ckpt.pt')['iter_num'], listing
+    over_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
+    return first, before, rerun, after, m, typed, resumed_iter, over, over_iter, listing
 
 
 def as_typed(command):
-    """A printed `python ...` command, run by this test's python: the one first on PATH may be another."""
+    """A printed `python ...` command, run by this test's python (PATH's may be another)."""
     assert command.startswith('python '), command
     return shlex.quote(sys.executable) + command[len('python'):]
 
@@ -60,7 +61,7 @@ def as_typed(command):
 def test_rerun_without_resume_refuses_and_says_how(job):
     first, before, rerun, after, m, typed, resumed_iter, over, over_iter, listing = job
     ok(first)
-    assert listing == ['ckpt.pt'], 'the finished run left its train.lock behind'  # (it used to: 0 bytes)
+    assert listing == ['ckpt.pt'], 'the finished run left its (0-byte) train.lock behind'
     one_line_error(rerun, 'out/ckpt.pt', 'already holds a run', '--init_from=resume', '--overwrite=True')
     assert after == before and 'saved checkpoint' not in rerun.stdout
     assert m and typed is not None
@@ -225,11 +226,12 @@ def test_cuda_without_a_gpu_says_so(tmp_path):
         one_line_error(r, "device='cuda'", 'no CUDA', '--device=cpu')
 
 
-# ---------------------------------------------------------------- a run that never starts leaves nothing behind
+# ---------------------------------------------------------------- a run that never starts
 @work
 def unusable_device_is_one_line_in_every_script(d):
     make_data(d)
-    scripts = [('train.py', *TINY, '--out_dir=out-mps'), ('sample.py',), ('eval.py',), ('bench.py',)]
+    scripts = [('train.py', *TINY, '--out_dir=out-mps'), ('sample.py',), ('eval.py',),
+               ('bench.py',)]
     return run_all(*[(d, *cmd, '--device=mps') for cmd in scripts]), os.path.exists(d / 'out-mps')
 
 
@@ -243,7 +245,8 @@ def test_unusable_device_is_one_line_in_every_script(job):
 @work
 def max_iters_0_on_a_fresh_run_says_what_is_true(d):
     make_data(d)
-    return run(d, 'train.py', *TINY, '--max_iters=0', '--out_dir=fresh'), os.path.exists(d / 'fresh')
+    r = run(d, 'train.py', *TINY, '--max_iters=0', '--out_dir=fresh')
+    return r, os.path.exists(d / 'fresh')
 
 
 def test_max_iters_0_on_a_fresh_run_says_what_is_true(job):
@@ -277,5 +280,5 @@ def read_only_outputs_are_refused_before_the_work(d):
 def test_read_only_outputs_are_refused_before_the_work(job):
     train, evaluate = job
     one_line_error(train, 'cannot write ro/ckpt.pt', 'is read-only', '--out_dir')  # was an OSError
-    one_line_error(evaluate, 'cannot write ro/depth.html', 'is read-only', '--html')  # after the whole eval
+    one_line_error(evaluate, 'cannot write ro/depth.html', 'is read-only', '--html')  # not after
     assert 'iter ' not in train.stdout and 'suffix NLL' not in evaluate.stdout
