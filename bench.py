@@ -20,6 +20,7 @@ $ python bench.py --dtype_widths=(64,96,128)   (float32 vs bf16 at more widths: 
 import os
 import sys
 import time
+import shlex
 import torch
 from model import GPTConfig, GPT, Block, autocast_dtype, load_checkpoint, parse_exit
 from prepare import get_tokenizer
@@ -50,7 +51,7 @@ seed = 1337
 _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
           'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0',
           'all(w >= n_head and w % n_head == 0 for w in dtype_widths)',
-          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks them
+          "dtype in ('', 'float32', 'bfloat16')", "prompt != ''"]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
@@ -218,7 +219,7 @@ for name, full, ids, policies in groups:
 
 # the header: the command, the machine, the shapes
 where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
-print(f"$ python {' '.join(sys.argv)}")
+print(f"$ python {shlex.join(sys.argv)}")  # as typed: it runs again
 print(f"{where}, torch {torch.__version__}, {precision}, compile={compile}; median of {repeats}")
 print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, "
       f"vocab {vocab_size}")

@@ -7,6 +7,7 @@ Then each rule in the script's _valid list (like 'batch_size >= 1') must hold.
 """
 import os
 import re
+import ast as _ast
 import builtins
 import sys
 import traceback
@@ -59,10 +60,23 @@ def _run_config(path, into):
         code = builtins.compile(open(path).read(), path, 'exec')  # (train.py has a key `compile`)
         exec(code, {'include': include}, into)
     except Exception as e:  # the config file's own error: name the file and its line
-        line = [f for f in traceback.extract_tb(e.__traceback__) if f.filename == path][-1].lineno
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        line = e.lineno if isinstance(e, SyntaxError) else lines[-1] if lines else '?'
         sys.exit(f"error: config file '{path}', line {line}: {type(e).__name__}: {e}")
 
+if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its keys and defaults
+    print(_ast.get_docstring(_ast.parse(open(__file__).read())))  # (its __doc__ is now ours)
+    print("\nkeys (--key=value), with their defaults:")
+    _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
+    for _key, _val in list(globals().items()):
+        if _key.islower() and not _key.startswith('_') and type(_val) in _simple:
+            print(f"  {_key} = {_val!r}")
+    sys.exit(0)
+
 for _arg in sys.argv[1:]:
+    if re.search('[\udc80-\udcff]', _arg):  # how Python reads argv bytes that are not UTF-8
+        sys.exit(f"error: {_arg.partition('=')[0]} holds bytes that are not UTF-8 text: type it "
+                 "again, or read it from a UTF-8 file (sample.py: --start=FILE:prompt.txt)")
     if _arg.startswith('--'):
         _key, _eq, _val = _arg[2:].partition('=')
         if not _eq:
@@ -92,3 +106,8 @@ if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fin
     sys.exit(0)
 if 'cuda' in str(globals().get('device', '')) and not torch.cuda.is_available():
     sys.exit(f"error: device={device!r}, but this machine has no CUDA GPU: use --device=cpu")
+if globals().get('device') and 'cuda' not in device:  # mps, a typo, ...: before anything is read
+    try:
+        torch.empty(1, device=device)
+    except Exception:
+        sys.exit(f"error: device={device!r} is not usable on this machine: use --device=cpu")

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from model import autocast_dtype, load_checkpoint
-from prepare import (data_error, dataset_folder, get_tokenizer, load_meta, load_tokens,
-                     read_eval_docs, split_folder)
+from prepare import (check_output, data_error, dataset_folder, folders, get_tokenizer,
+                     load_meta, load_tokens, pieces, read_eval_docs, split_folder)
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -193,6 +193,7 @@ def write_html(path, docs, tokens, depth, decode, report):
     uniform = [(s['mean_depth'], s['nll']) for s in report['depth_scan']]
     uniform += [(c['mean_depth'], c['uniform_nll']) for c in report['early_exit']]
     series = [('per-token exit', 'crimson', exits), ('uniform depth', 'steelblue', uniform)]
+    series = [s for s in series if s[2]]  # the legend names only what the model has (ACT: no exit)
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(depth.min()), top + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
@@ -202,9 +203,12 @@ def write_html(path, docs, tokens, depth, decode, report):
         if i >= 3 and docs[i - 3]['topic'] == doc['topic']:
             continue
         spans = esc(decode(tokens[i][:1]))  # the first token is predicted by nothing
-        for t, d in zip(tokens[i][1:], depth[i].tolist()):  # zip stops at the block's end
-            spans += f'<span title="{d}" style="background:{colour(d)}">{esc(decode([t]))}</span>'
+        shown = tokens[i][1:len(depth[i]) + 1]  # up to the block's end
+        for text, a, b in pieces(shown, decode):  # one span a character (of 1 or more tokens)
+            d = depth[i, a:b].max().item()
+            spans += f'<span title="{d}" style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
 
@@ -304,9 +308,18 @@ def rank(reports):
     print_rows("models, ranked by suffix NLL (masked: real tokens; unmasked: with padding)", rows)
     if any(row['rank_masked'] != row['rank_unmasked'] for row in rows):
         print("  the two rankings disagree: rank by masked (padding is not language)")
+    os.makedirs(os.path.dirname(table) or '.', exist_ok=True)
     with open(table, 'w') as f:
         json.dump(rows, f, indent=2)
     print(f"wrote {table}")
+
+def check_outputs():  # before the work: every file the run writes can be written
+    for d in folders(out_dir):
+        check_output(os.path.join(d, 'eval.json'), 'out_dir')
+    if html:
+        check_output(html, 'html')
+    if ',' in out_dir:
+        check_output(table, 'table')
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
@@ -314,7 +327,8 @@ if __name__ == '__main__':
     device_type = 'cuda' if 'cuda' in device else 'cpu'
     dtype, precision = autocast_dtype(device_type, dtype)
     print(precision)
+    check_outputs()
     with torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16'):
-        reports = {d: evaluate(d) for d in out_dir.split(',')}
+        reports = {d: evaluate(d) for d in folders(out_dir)}
     if len(reports) > 1:
         rank(reports)

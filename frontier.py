@@ -1,8 +1,9 @@
 """
 The depth frontier: val NLL against the mean loop iterations per token, for every depth policy, on
 models of one shape ([2 std][A x12][2 std], d=64), data (byte topics) and schedule (1,500 steps).
-Trains the models it lacks, measures every policy on the same val rows, and writes frontier.json,
-frontier.md (the table) and frontier.svg (one chart per policy) to results/frontier/:
+Trains the models it lacks (and resumes the ones whose run stopped early), measures every policy on
+the same val rows, and writes frontier.json, frontier.md (the table) and frontier.svg (one chart per
+policy) to out-frontier/ (--results=results/frontier: over the committed results):
 $ python prepare.py --dataset=topics --tokenizer=byte && python frontier.py
 The policies:
 - fixed: every token runs k iterations (k = 1..12);
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 import eval as ev
 from model import load_checkpoint
-from prepare import load_tokens
+from prepare import check_output, load_tokens
 
 MODELS = {  # name -> (out_dir, train.py arguments): the same shape, data and steps
     'single-depth': ('out-cpu-single', ['config/cpu_single.py']),
@@ -36,23 +37,33 @@ MODELS = {  # name -> (out_dir, train.py arguments): the same shape, data and st
 THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.8, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02)}
 COLOURS = ['steelblue', 'crimson', 'darkorange', 'seagreen', 'purple', 'gray', 'black']
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
-results = 'results/frontier'
+results = 'out-frontier'  # results/frontier holds the committed ones: write there on purpose
 eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
-_valid = ['eval_iters >= 1', 'batch_size >= 1']
+_valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''"]
 
 def train(out_dir, args):
-    """python train.py args, unless out_dir holds a finished run; its log goes to results/."""
-    if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
-        return
+    """python train.py args, unless out_dir holds a finished run (one that stopped early is resumed:
+    it is never measured half-trained); its log goes to results/."""
+    what, why = 'training', ''
+    if os.path.exists(path := os.path.join(out_dir, 'ckpt.pt')):
+        ckpt = torch.load(path, map_location='cpu', weights_only=True)
+        done, goal = ckpt['iter_num'], ckpt['config']['max_iters']
+        if done >= goal:
+            return
+        what, why = 'resuming', f" (it stopped at iter {done} of {goal})"
+        args = [*args, '--init_from=resume']
     log = os.path.join(results, f'train_{os.path.basename(out_dir)}.log')
-    print(f"training {out_dir}: python train.py {' '.join(args)} {train_args} > {log}", flush=True)
+    print(f"{what} {out_dir}{why}: python train.py {' '.join(args)} {train_args} > {log}",
+          flush=True)
     here = os.path.dirname(os.path.abspath(__file__))  # train.py and config/ (run from any folder)
     args = [os.path.join(here, a) for a in ['train.py', *args] if a.endswith('.py')] + \
         [a for a in args if not a.endswith('.py')] + train_args.split()
-    with open(log, 'w') as f:
-        subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT, check=True)
+    with open(log, 'a' if why else 'w') as f:
+        r = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT)
+    if r.returncode:
+        raise ValueError(f"training {out_dir} failed (exit {r.returncode}): see {log}")
 
 @torch.no_grad()
 def every_depth(model, rows):
@@ -135,6 +146,7 @@ def write(table):
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+    check_output(os.path.join(results, 'frontier.json'), 'results')  # before hours of training
     os.makedirs(results, exist_ok=True)
     table = {}
     for name, (out_dir, args) in MODELS.items():

@@ -34,8 +34,12 @@ class GPTConfig:
 
     def __post_init__(self):
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
+        for rule in RULES:  # a library user gets the line configurator.py gives a script's user
+            if not eval(rule, vars(self).copy()):
+                keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items() if k in rule)
+                raise ValueError(f"GPTConfig({keys}): need {rule}")
 
-# the fields' valid values: train.py's configurator.py checks them before a model is built
+# the fields' valid values: train.py's configurator.py checks them too, naming the --keys
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
@@ -440,33 +444,35 @@ def autocast_dtype(device_type, dtype=''):
         why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
     return dtype, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
-def load_checkpoint(path, device='cpu'):
+def load_checkpoint(path, device='cpu', key='out_dir'):
     """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,
-    never code (unpickling anything else could run it)."""
+    never code (unpickling anything else could run it). key: the option that names its folder."""
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
         model = GPT(GPTConfig(**ckpt['model_args']))
         model.load_state_dict(ckpt['model'])
     except FileNotFoundError:  # name the out_dirs that do hold one, the newest first
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
-        hint = ": train one first, or set --out_dir"
+        hint = f": train one first, or set --{key}"
         if found:
-            hint = f"; found {', '.join(found)}: add --out_dir={os.path.dirname(found[0])}"
+            hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(found[0])}"
         raise FileNotFoundError(f"no checkpoint at {path}{hint}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = "is truncated or not a nanoloop checkpoint"
         if 'Unsupported global' in str(e):
             why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
         raise ValueError(f"{path} {why}") from None
+    if lacking := {'meta', 'config'} - set(ckpt):  # what the scripts read besides the weights
+        raise ValueError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
     return model.to(device), ckpt
 
 def parse_exit(s):
     """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate."""
     kind, _, t = s.partition(':')
-    try:
-        if kind in ('maxprob', 'resid'):
+    try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
+        if kind in ('maxprob', 'resid') and float(t) >= 0:
             return kind, float(t)
     except ValueError:  # not a number: the error below
         pass
-    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', "
-                     "e.g. 'maxprob:0.9'")
+    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', THRESHOLD "
+                     ">= 0, e.g. 'maxprob:0.9'")

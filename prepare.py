@@ -5,7 +5,7 @@ Other scripts import its tokenizers and readers.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=fineweb --shards=4
 $ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
-import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
+import csv, gzip, html, itertools, json, os, pathlib, random, re, shutil, zipfile
 from contextlib import contextmanager
 import numpy as np
 
@@ -32,9 +32,10 @@ SONNETS = 'danfriedman0/neural-sonnets/master/data/sonnets.txt'
 HF_HOST = 'huggingface.co'  # FineWeb, GPT-2 tokenized, in llm.c's shard format
 FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, number)
 
-def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; decode drops ids >= eot
-    if name == 'byte':
-        decode = lambda ids: bytes(i for i in map(int, ids) if i < 256).decode('utf-8', 'replace')
+def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT decodes as GPT-2's
+    if name == 'byte':  # '<|endoftext|>', so a document boundary shows
+        eot = lambda i: b'<|endoftext|>' if i == 256 else bytes([i])
+        decode = lambda ids: b''.join(map(eot, map(int, ids))).decode('utf-8', 'replace')
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
         raise ValueError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
@@ -44,8 +45,16 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; dec
     except (OSError, ValueError) as e:
         raise ValueError(f"no gpt2 BPE files ({type(e).__name__}): export "
                          "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
-    decode = lambda ids: enc.decode([i for i in map(int, ids) if i < enc.eot_token])
-    return enc.encode_ordinary, decode, enc.eot_token
+    return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
+
+def pieces(ids, decode):
+    """-> [(text, i, j)]: ids[i:j] decoded together. A run grows while the next token completes a
+    character begun in it (the 2 bytes of '£'): it shows whole, not as two replacement marks."""
+    out, i = [], 0
+    for j in range(1, len(ids) + 1):
+        if j == len(ids) or decode(ids[i:j + 1]) == decode(ids[i:j]) + decode(ids[j:j + 1]):
+            out, i = out + [(decode(ids[i:j]), i, j)], j
+    return out
 
 def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/topics_byte bytes
     return dataset + ('_byte' if tokenizer == 'byte' else '')
@@ -54,22 +63,32 @@ def split_folder(folder):  # the inverse: 'topics_byte' -> ('topics', 'byte')
 
 def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
-    extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
     dataset, tokenizer = split_folder(name)
+    if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
+        return kind(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} (and "
+                    f"*_byte), not {name}: check --dataset")
+    extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
     return kind(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
                 f"--tokenizer={tokenizer}{extra}")
 
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
     path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(path):
-        raise data_error(path, 'not found', FileNotFoundError)
+    if not os.path.isfile(path):  # paths are relative to the working directory: name it
+        root = os.path.dirname(os.path.normpath(data_dir)) or '.'
+        where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
+                                                f"{os.getcwd()}: run from the one that holds it)")
+        raise data_error(path, 'not found' + where, FileNotFoundError)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.loads(pathlib.Path(path).read_bytes())
-        return {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
+        meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
                 'row': meta.get('row', 0)}
     except (ValueError, TypeError, KeyError) as e:
         why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
         raise data_error(path, why) from None
+    if not all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row')):
+        raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
+                               f"{meta['row']!r}: each must be a whole number")
+    return meta
 
 def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
     meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
@@ -112,6 +131,40 @@ def created(path):  # writes go to path.tmp, renamed once complete: never a half
         os.replace(path + '.tmp', path)
     finally:  # after an error or Ctrl-C, no leftovers
         pathlib.Path(path + '.tmp').unlink(missing_ok=True)
+
+@contextmanager
+def replaced(path):
+    """-> a new folder beside path to build in; once complete it takes path's place whole. After an
+    error or Ctrl-C it goes, and path stays as it was (never half old, half new)."""
+    new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
+    os.makedirs(new, exist_ok=True)
+    try:
+        yield new
+        if os.path.exists(path):
+            os.rename(path, old)
+        os.rename(new, path)
+    finally:  # (stopped between the two renames: the old folder goes back)
+        if os.path.exists(old) and not os.path.exists(path):
+            os.rename(old, path)
+        shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+def check_output(path, key):
+    """Before the work starts: can the file path be written? (Missing folders: the caller makes.)"""
+    where = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(where):  # the folder that os.makedirs would make them in
+        where = os.path.dirname(where)
+    if not os.path.isdir(where):
+        raise ValueError(f"cannot write {path}: {where} is a file: give another --{key}")
+    if os.path.isdir(path) or not os.access(where, os.W_OK):
+        why = f"{path} is a folder" if os.path.isdir(path) else f"{where} is read-only"
+        raise ValueError(f"cannot write {path}: {why}: give another --{key}")
+
+def folders(value, key='out_dir', once=True):  # 'a,b' -> ['a', 'b']; none empty, each once
+    if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
+        why = 'an empty name' if '' in names else 'a folder named twice'
+        raise ValueError(f"--{key}={value}: {why}; name the folders comma-separated: --{key}=a,b")
+    return names
 
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
     local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)  # same layout
@@ -241,20 +294,22 @@ def sft():  # -> (eot, held, train, val): one array of rows: prompt, EOT, answer
 def main():
     if dataset not in DATASETS and dataset != 'fineweb':
         raise ValueError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
-    eot, held, train, val = {'fineweb': fineweb, 'sft': sft}.get(dataset, documents)()
-    meta = {'tokenizer': tokenizer, 'vocab_size': eot + 1, 'eot': eot, 'dtype': str(val[0].dtype)}
-    if dataset == 'sft':  # training draws whole rows
-        meta['row'] = block_size
-    docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
-    lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
-    files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
-             'meta.json': [json.dumps(meta, indent=2).encode()]}  # last: it means complete
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
-    for name, pieces in files.items():
-        with created(os.path.join(out_dir, name)) as f:
-            for piece in pieces:  # bytes or token arrays; a shard is memory-mapped: the OS pages it
-                f.write(piece)
-            print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
+    check_output(os.path.join(out_dir, 'meta.json'), 'data_root')
+    with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
+        eot, held, train, val = {'fineweb': fineweb, 'sft': sft}.get(dataset, documents)()
+        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype))
+        if dataset == 'sft':  # training draws whole rows
+            meta['row'] = block_size
+        docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
+        lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
+        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
+                 'meta.json': [json.dumps(meta, indent=2).encode()]}
+        for name, parts in files.items():
+            with open(os.path.join(new, name), 'wb') as f:
+                for piece in parts:  # bytes or token arrays (a shard is memory-mapped)
+                    f.write(piece)
+                print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())

@@ -11,7 +11,7 @@ import sys
 import time
 import torch
 from model import autocast_dtype, load_checkpoint, parse_exit
-from prepare import get_tokenizer
+from prepare import folders, get_tokenizer, pieces
 
 out_dir = 'out'  # or several: out-a,out-b
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
@@ -42,8 +42,8 @@ print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
 if start.startswith('FILE:'):
     path = start[5:]
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"prompt file {path} not found "
-                                "(--start=FILE:path reads the prompt from path)")
+        what = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
+        raise FileNotFoundError(f"prompt file {path} {what} (--start=FILE:path reads path)")
     try:
         start = pathlib.Path(path).read_text(encoding='utf-8')
     except UnicodeDecodeError as e:
@@ -86,15 +86,16 @@ def sample(out_dir):
             if exit_policy or model.config.act:  # what adaptive depth spent, of the maximum
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
-            if show_depth:
-                body = "".join(paint(decode([t]), d, max_depth)
-                               for t, d in zip(new, depth[0].tolist()))
+            if show_depth:  # a character of several tokens: the most depth one of them had
+                depths = depth[0].tolist()
+                body = "".join(paint(text, max(depths[i:j]), max_depth)
+                               for text, i, j in pieces(new, decode))
             else:
                 body = decode(new)
             print(decode(x[0].tolist()) + body)
             print('---------------')
 
-for name in out_dir.split(','):  # several models: one after another, each under its name
+for name in folders(out_dir, once=False):  # several models, each under its name (one twice: ok)
     if ',' in out_dir:
         print(f"=== {name} ===")
     sample(name)

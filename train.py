@@ -11,15 +11,17 @@ import sys
 import math
 import time
 import fcntl
+import atexit
 import shlex
 import signal
+from contextlib import suppress
 from dataclasses import asdict, fields
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT, RULES, autocast_dtype, load_checkpoint
-from prepare import load_meta, load_tokens, sft_targets
+from prepare import check_output, load_meta, load_tokens, sft_targets
 
 # -----------------------------------------------------------------------------
 # default config: the paper's 7M single-depth sandwich (v3) on the topics data
@@ -70,7 +72,7 @@ compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
 # the valid range of each key and the model's RULES, checked by configurator.py
-_valid = RULES + ["out_dir != ''", 'eval_interval >= 1',
+_valid = RULES + ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interval >= 1',
                   'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
                   'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                   'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
@@ -82,6 +84,7 @@ config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
 def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
@@ -91,8 +94,8 @@ RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'ev
 # may change), or a trained run's weights fine-tuned from iter 0 (init_from=<its out_dir>)
 iter_num, best_val_loss = 0, float('inf')
 if init_from != 'scratch':
-    model, ckpt = load_checkpoint(ckpt_path if init_from == 'resume' else
-                                  os.path.join(init_from, 'ckpt.pt'))
+    model, ckpt = (load_checkpoint(ckpt_path) if init_from == 'resume' else
+                   load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from'))
 if init_from == 'resume':
     print(f"resuming from {ckpt_path}")
     fixed = [*asdict(model.config), 'dataset', 'block_size']  # what the weights and data depend on
@@ -160,7 +163,12 @@ torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
 
+def unlock(made):  # when the run ends: its lock file goes, and an out_dir it made but left empty
+    os.remove(os.path.join(out_dir, 'train.lock'))
+    if made and not os.listdir(out_dir):
+        os.rmdir(out_dir)
 if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
+    made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     lock = open(os.path.join(out_dir, 'train.lock'), 'w')
     try:
@@ -168,6 +176,7 @@ if master:  # one run at a time in out_dir: a lock that the system drops when a 
     except BlockingIOError:
         raise ValueError(f"another training run is writing to {out_dir}: wait for it to finish, "
                          "or pick another --out_dir") from None
+    atexit.register(unlock, made)
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':
@@ -237,8 +246,16 @@ def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
                 config={k: globals()[k] for k in config_keys}, meta=meta)
-    torch.save(ckpt, ckpt_path + '.tmp')  # write, then rename: a crash never leaves half a ckpt.pt
-    os.replace(ckpt_path + '.tmp', ckpt_path)
+    try:  # write, then rename: a crash never leaves half a ckpt.pt
+        with open(ckpt_path + '.tmp', 'wb') as f:  # (a file of ours: a full disk raises OSError)
+            torch.save(ckpt, f)
+        os.replace(ckpt_path + '.tmp', ckpt_path)
+    except OSError as e:  # a full or read-only disk: one line, and ckpt.pt stays whole
+        raise ValueError(f"cannot save {ckpt_path} at iter {iter_num}: {e.strerror}; it is left "
+                         "as it was: free some space, or use another --out_dir") from None
+    finally:  # after an error or a second Ctrl-C, no partial file is left to fill the disk
+        with suppress(FileNotFoundError):
+            os.remove(ckpt_path + '.tmp')
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
 def request_stop(signum, frame):
@@ -283,8 +300,8 @@ if eval_only:
         print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
     raise SystemExit
 if iter_num >= max_iters:
-    raise SystemExit(f"nothing to train: {ckpt_path} is at iter {iter_num} and max_iters is "
-                     f"{max_iters}; raise --max_iters to train on")
+    at = f"{ckpt_path} is at iter {iter_num} and " if init_from == 'resume' else ''
+    raise SystemExit(f"nothing to train: {at}max_iters is {max_iters}; raise --max_iters")
 signal.signal(signal.SIGINT, request_stop)
 signal.signal(signal.SIGTERM, request_stop)
 if master:
@@ -350,3 +367,5 @@ while iter_num < max_iters:
 if ddp:
     dist.barrier()  # the other ranks wait for rank 0's last eval and save, then all end together
     dist.destroy_process_group()
+if stop:  # Ctrl-C or SIGTERM: exit as a shell reports them, 130 or 143, so `a && b` stops here
+    sys.exit(128 + stop[0])

@@ -4,6 +4,7 @@ one-line-error checks. Most of each script run is torch's import (~2 s of CPU), 
 test asks; the test itself then only waits for its own results and asserts."""
 import json, os, random, re, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +72,26 @@ def one_line_error(r, *words):
     for w in words:
         assert w.lower() in errors[0].lower(), f"{w!r} not in {errors[0]!r}"
     return errors[0]
+
+
+@contextmanager
+def read_only_folder(path):
+    """path, a new empty folder that nobody may write to: a read-only tmpfs mounted there (root, who
+    may write to any folder whatever its mode), or mode 555; skips the test where neither works."""
+    path.mkdir()
+    root = os.geteuid() == 0
+    if not root:
+        path.chmod(0o555)
+    elif subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro', 'tmpfs', str(path)],
+                        capture_output=True).returncode:
+        pytest.skip('no read-only folder here: root, and mount is not allowed')
+    try:
+        yield path
+    finally:
+        if root:
+            subprocess.run(['umount', str(path)])
+        else:
+            path.chmod(0o755)
 
 
 def losses(out):

@@ -18,23 +18,23 @@ import prepare
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
 from model import GPT, GPTConfig
 
-DATA = 'data/tiny_byte'  # the folder that prepare.py --dataset=tiny --tokenizer=byte would write
-FIX = 'python prepare.py --dataset=tiny --tokenizer=byte'
+DATA = 'data/topics_byte'  # as prepare.py --dataset=topics --tokenizer=byte would write it
+FIX = 'python prepare.py --dataset=topics --tokenizer=byte'
 _base_lock = threading.Lock()
 
 
 def base(d):
-    """d/data/tiny_byte and d/out/ckpt.pt (an untrained tiny model, with the keys train.py saves), copied from a
+    """d/data/topics_byte and d/out/ckpt.pt (an untrained tiny model, with the keys train.py saves), copied from a
     folder made once, by the first work that asks."""
     root = d.parent / 'base_bad_input'
     with _base_lock:
         if not (root / 'out' / 'ckpt.pt').exists():
-            make_data(root, 'tiny_byte')
+            make_data(root, 'topics_byte')
             cfg = GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1)
             torch.manual_seed(0)
             (root / 'out').mkdir()
             torch.save(dict(model=GPT(cfg).state_dict(), model_args=asdict(cfg), iter_num=0, meta=META,
-                            config=dict(dataset='tiny_byte', block_size=32)), root / 'out' / 'ckpt.pt')
+                            config=dict(dataset='topics_byte', block_size=32)), root / 'out' / 'ckpt.pt')
     for sub in ('data', 'out'):
         shutil.copytree(root / sub, d / sub)
     return d
@@ -46,13 +46,14 @@ def files(d):
             if p.is_file()}
 
 
-def edit(name, data, under=DATA):  # a setup: (over)write a file of data/tiny_byte, or of the folder itself
+def edit(name, data, under=DATA):  # a setup: (over)write a file of data/topics_byte, or of the folder itself
     return lambda d: (d / under / name).write_bytes(data if isinstance(data, bytes) else data.encode())
 
 
 SAMPLE = ('sample.py', '--device=cpu', '--max_new_tokens=2', '--num_samples=1')
 EVAL = ('eval.py', '--device=cpu', '--eval_iters=1', '--batch_size=4')
-TRAIN = ('train.py', *[a for a in TINY if not a.startswith('--dataset')], '--dataset=tiny_byte', '--out_dir=fresh',
+MPS = ["device='mps'", 'not usable', '--device=cpu']
+TRAIN = ('train.py', *[a for a in TINY if not a.startswith('--dataset')], '--dataset=topics_byte', '--out_dir=fresh',
          '--max_iters=2')
 
 # ---------------------------------------------------------------- bad files and values that need the data: subprocesses
@@ -73,7 +74,45 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'val_bin_empty': (edit('val.bin', b''), EVAL, [f'{DATA}/val.bin', 'empty', FIX]),
     'val_bin_ids_beyond_vocab': (edit('val.bin', np.array([65, 66, 300] * 100, np.uint16).tobytes()), EVAL,
                                  [f'{DATA}/val.bin', 'token id 300', 'vocab_size 257', FIX]),
+    # issue 23: tracebacks, vague lines and silent mistakes of a new user
+    'meta_vocab_size_a_string': (edit('meta.json', json.dumps({**META, 'vocab_size': '257'})), EVAL,
+                                 [f'{DATA}/meta.json', "vocab_size '257'", 'whole number', FIX]),
+    'checkpoint_without_meta': (lambda d: strip_checkpoint(d, 'meta'), SAMPLE,
+                                ['out/ckpt.pt', 'lacks meta', 'train.py']),
+    'sample_device_mps': (None, (*SAMPLE, '--device=mps'), [*MPS]),
+    'eval_device_mps': (None, (*EVAL, '--device=mps'), [*MPS]),
+    'sample_out_dir_trailing_comma': (None, (*SAMPLE, '--out_dir=out,'),
+                                      ['--out_dir=out,', 'an empty name']),
+    'eval_out_dir_trailing_comma': (None, (*EVAL, '--out_dir=out,'),
+                                    ['--out_dir=out,', 'an empty name']),
+    'eval_out_dir_twice': (None, (*EVAL, '--out_dir=out,out'),
+                           ['--out_dir=out,out', 'named twice']),
+    'eval_dataset_unknown': (None, (*EVAL, '--dataset=nope'),
+                             ['data/nope_byte/meta.json', 'topics,shakespeare', 'check --dataset']),
+    'eval_html_is_a_folder': (None, (*EVAL, '--html=data'),
+                              ['cannot write data', 'is a folder', '--html']),
+    'eval_html_under_a_file': (None, (*EVAL, f'--html={DATA}/meta.json/depth.html'),
+                               ['meta.json is a file', '--html']),
+    'sample_start_is_a_folder': (None, (*SAMPLE, '--start=FILE:data'),
+                                 ['prompt file data', 'is a folder']),
+    'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'),  # the byte 0xe9, in Python
+                              ['--start', 'not UTF-8']),
+    'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'),
+                           ["'maxprob:nan'", 'THRESHOLD >= 0']),
+    'sample_exit_at_resid_-1': (None, (*SAMPLE, '--exit_at=resid:-1'),
+                                ["'resid:-1'", 'THRESHOLD >= 0']),
+    'prepare_data_root_a_file': (edit('afile', '', under='.'),
+                                 ('prepare.py', '--tokenizer=byte', '--mirror=nowhere',
+                                  '--data_root=afile'),
+                                 ['cannot write afile/topics_byte/meta.json', 'afile is a file',
+                                  '--data_root']),
 }
+
+
+def strip_checkpoint(d, key):  # out/ckpt.pt without one of its keys (saved by another program)
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    del ckpt[key]
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
 
 
 @work
@@ -123,6 +162,40 @@ def test_non_utf8_line_of_eval_jsonl_is_skipped_and_counted(job):
     assert report['skipped_lines'] == 1 and report['eval_docs'] == 2
 
 
+@work
+def sample_shows_a_document_boundary(d):
+    """A model that always predicts EOT: its samples must show each boundary, not run on."""
+    base(d)
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    model = GPT(GPTConfig(**{**ckpt['model_args'], 'bias': True}))
+    with torch.no_grad():  # the last state is ln_f's bias, all ones: the logits are wte @ 1
+        model.ln_f.weight.zero_(), model.ln_f.bias.fill_(1.0), model.wte.weight.zero_()
+        model.wte.weight[256] = 1.0
+    ckpt.update(model=model.state_dict(), model_args=asdict(model.config))
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
+    args = (*SAMPLE, '--start=hi', '--temperature=0', '--max_new_tokens=2')
+    return run(d, *args), run(d, *args, '--show_depth=True')
+
+
+def test_sample_shows_a_document_boundary(job):
+    plain, painted = job
+    assert 'hi<|endoftext|><|endoftext|>\n' in ok(plain)  # it printed 'hi' and nothing more
+    assert ok(painted).count('<|endoftext|>') == 2
+
+
+@work
+def bench_echoes_its_command_as_typed(d):
+    return run(d, 'bench.py', '--device=cpu', '--phantom_ks=(1,)', '--k=1', '--n_embd=16',
+               '--n_head=2', '--block_size=8', '--batch_size=1', '--gen_tokens=2',
+               '--gen_loops=(1,)', '--repeats=1', '--prompt=ab', '--exit_at=maxprob:0.9')
+
+
+def test_bench_echoes_its_command_as_typed(job):
+    first = next(line for line in ok(job).splitlines() if line.startswith('$ python '))
+    assert "'--phantom_ks=(1,)'" in first
+    assert subprocess.run(['bash', '-n', '-c', first[2:]]).returncode == 0  # unquoted: bash syntax
+
+
 # ---------------------------------------------------------------- every knob out of range: stopped by its _valid rule
 RULES = {  # name: (script and args, words the one error line must contain)
     'sample_max_new_tokens_0': (('sample.py', '--max_new_tokens=0'), ['max_new_tokens=0', 'max_new_tokens >= 1']),
@@ -163,6 +236,10 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_dropout_1.5': (('train.py', '--dropout=1.5'), ['dropout=1.5', '0 <= dropout < 1']),
     'train_out_dir_empty': (('train.py', '--out_dir='), ["out_dir=''", "out_dir != ''"]),
     'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
+    'train_dataset_empty': (('train.py', '--dataset='), ["dataset=''", "dataset != ''"]),
+    'train_init_from_empty': (('train.py', '--init_from='), ["init_from=''", "init_from != ''"]),
+    'bench_prompt_empty': (('bench.py', '--prompt='), ["prompt=''", "prompt != ''"]),
+    'frontier_results_empty': (('frontier.py', '--results='), ["results=''", "results != ''"]),
 }
 
 
@@ -196,7 +273,7 @@ META_BROKEN = {'not_json': '{"tokenizer": "byte", ', 'not_utf8': b'\xff\xfe{"eot
 
 @pytest.mark.parametrize('case', META_BROKEN)
 def test_broken_meta_json_is_named_with_the_fix(case, tmp_path):
-    d = tmp_path / 'data' / 'tiny_byte'
+    d = tmp_path / 'data' / 'topics_byte'
     d.mkdir(parents=True)
     broken = META_BROKEN[case]
     (d / 'meta.json').write_bytes(broken if isinstance(broken, bytes) else broken.encode())
@@ -215,7 +292,7 @@ BIN_BROKEN = {'missing': None, 'empty': b'', 'odd_size': b'\x01\x00\x02',
 @pytest.mark.parametrize('case', BIN_BROKEN)
 def test_broken_token_file_is_named_with_the_fix(case, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    d = make_data(tmp_path, 'tiny_byte')
+    d = make_data(tmp_path, 'topics_byte')
     (d / 'val.bin').unlink()
     if BIN_BROKEN[case] is not None:
         (d / 'val.bin').write_bytes(BIN_BROKEN[case])

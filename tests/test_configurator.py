@@ -1,11 +1,13 @@
-"""configurator.py's excepthook: bad input that nanoloop rejects on purpose gets one line; a bug keeps its traceback."""
-import sys
+"""configurator.py's excepthook: bad input that nanoloop rejects on purpose gets one line; a bug keeps its traceback.
+Its -h / --help, and the checks a library user meets without it (GPTConfig's rules, parse_exit)."""
+import runpy, sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import eval as ev
-from model import parse_exit
+from model import GPTConfig, parse_exit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +30,8 @@ def report(fail, capsys):
 
 def test_bad_input_raised_on_purpose_is_one_line(capsys):
     err = report(lambda: parse_exit('entropy:0.5'), capsys)
-    assert err == "error: exit_at='entropy:0.5': write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', e.g. 'maxprob:0.9'\n"
+    assert err == ("error: exit_at='entropy:0.5': write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', "
+                   "THRESHOLD >= 0, e.g. 'maxprob:0.9'\n")
 
 
 def test_an_accidental_value_error_keeps_its_traceback(capsys):
@@ -36,3 +39,57 @@ def test_an_accidental_value_error_keeps_its_traceback(capsys):
     assert 'Traceback' in err and 'eval.py' in err and not err.startswith('error:')
     err = report(lambda: int('x'), capsys)
     assert 'Traceback' in err and "invalid literal for int()" in err
+
+
+def script(name, *args, monkeypatch):
+    """Run a script here as `python name args` would -> its SystemExit code."""
+    monkeypatch.setattr(sys, 'argv', [name, *args])
+    monkeypatch.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
+    with pytest.raises(SystemExit) as e:
+        runpy.run_path(str(REPO / name), run_name='__main__')
+    return e.value.code
+
+
+@pytest.mark.parametrize('name,flag,first_line,key', [
+    ('sample.py', '-h', 'Sample from a trained tied-depth model', '  max_new_tokens = 200'),
+    ('train.py', '--help', 'Train a tied-depth GPT.', '  n_embd = 128'),  # a GPTConfig field too
+    ('prepare.py', '-h', 'Download (with requests)', "  data_root = 'data'")])
+def test_help_prints_the_docstring_and_the_keys(name, flag, first_line, key, tmp_path, monkeypatch,
+                                                capsys):
+    monkeypatch.chdir(tmp_path)  # it used to say "config file '-h' not found"
+    assert script(name, '--max_new_tokens=5', flag, monkeypatch=monkeypatch) in (0, None)
+    out = capsys.readouterr().out
+    assert out.startswith(first_line) and key in out.splitlines()
+    assert 'config_keys' not in out and 'HOST' not in out  # keys only: not lists, not constants
+    assert 'Overriding' not in out  # nothing was set
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_argument_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # b'caf\xe9' on the command line reaches Python as 'caf\udce9'
+    code = script('train.py', '--out_dir=caf\udce9', monkeypatch=monkeypatch)
+    assert code.startswith('error: --out_dir holds bytes that are not UTF-8')
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize('exit_at', ['maxprob:nan', 'maxprob:-0.1', 'resid:-1', 'resid:nan'])
+def test_an_exit_that_can_never_fire_is_refused(exit_at):
+    with pytest.raises(ValueError, match=f"exit_at='{exit_at}'"):
+        parse_exit(exit_at)
+
+
+def test_an_exit_at_the_edges_is_accepted():  # (maxprob:1.1, resid:0 never exit: bench.py times it)
+    assert [parse_exit(s) for s in ('maxprob:0', 'maxprob:1.1', 'resid:0', 'resid:0.05')] == \
+        [('maxprob', 0.0), ('maxprob', 1.1), ('resid', 0.0), ('resid', 0.05)]
+
+
+@pytest.mark.parametrize('kw,message', [
+    (dict(act=True, phantom=True), 'GPTConfig(phantom=True, act=True): need not (act and phantom)'),
+    (dict(n_embd=30, n_head=4), 'GPTConfig(n_embd=30, n_head=4): need n_embd % n_head == 0'),
+    (dict(loops=(2,), supervise=(3,)), 'need all(1 <= d <= sum(loops) for d in supervise)'),
+    (dict(alpha_init=1.0), 'GPTConfig(alpha_init=1.0): need 0 < alpha_init < 1')])
+def test_gpt_config_checks_its_rules_for_a_library_user(kw, message):
+    """model.py as a library, without configurator.py: ACT used to ignore phantom without a word."""
+    with pytest.raises(ValueError) as e:
+        GPTConfig(**kw)
+    assert message in str(e.value) and '\n' not in str(e.value)

@@ -74,13 +74,14 @@ def make_run(root, vocab_size=257):
              json.dumps(dict(topic='code', text='<script>alert(1)</script> & more')),
              '{"topic": "code", "text": ',  # truncated
              'not json at all',
-             json.dumps(dict(topic='news', text='Stocks rose on Monday as markets ' * 4)),
+             json.dumps(dict(topic='news', text='Stocks rose \u00a35 on Monday as markets ' * 4)),
              json.dumps(dict(topic='chat', text='hi'))]  # mostly pad in the suffix
     (d / 'eval.jsonl').write_text('\n'.join(lines) + '\n')
     cfg = GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,), n_coda=1)
     torch.manual_seed(0)
     (root / 'out').mkdir()
     torch.save(dict(model=GPT(cfg).state_dict(), model_args=model_args(cfg), iter_num=0,
+                    meta=dict(tokenizer='byte', vocab_size=257, eot=256, dtype='uint16'),
                     config=dict(dataset='tiny', block_size=32, device='cpu')), root / 'out' / 'ckpt.pt')
 
 def start_eval(cwd, *args):
@@ -93,7 +94,7 @@ def finish(p):
 
 def test_eval_json_report_and_html(tmp_path):
     make_run(tmp_path)
-    rc, out, err = finish(start_eval(tmp_path, '--html=depth.html'))
+    rc, out, err = finish(start_eval(tmp_path, '--html=maps/new/depth.html'))  # folders it makes
     assert rc == 0, err
     r = json.loads((tmp_path / 'out' / 'eval.json').read_text())
     assert {'suffix_nll', 'depth_scan', 'early_exit', 'topics', 'residual_probe_r', 'alphas'} <= set(r)
@@ -109,10 +110,24 @@ def test_eval_json_report_and_html(tmp_path):
     for needle in ('suffix NLL', 'masked', 'depth scan', 'early exit', 'topics', 'probes of NLL', 'alphas',
                    'measures padding', 'skipped 2 malformed lines', 'wrote out/eval.json'):
         assert needle in out, needle
-    page = (tmp_path / 'depth.html').read_text()
+    page = (tmp_path / 'maps' / 'new' / 'depth.html').read_text()
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
     assert '<svg' in page and '<polyline' in page
+    assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page))  # '£' as itself,
+    assert '\ufffd' not in page  # not as two replacement marks
+
+def test_depth_map_legend_names_only_what_the_model_has(tmp_path):
+    """An ACT model has no per-token exit curve: the chart's legend must not name one."""
+    encode, decode, _ = ev.get_tokenizer('byte')
+    tokens = [encode('costs \u00a35')]
+    report = dict(early_exit=[], depth_scan=[dict(mean_depth=2.0, nll=3.0)],
+                  depth_source='the ACT gate')
+    ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens,
+                  torch.ones(1, 7, dtype=torch.long), decode, report)
+    page = (tmp_path / 'act.html').read_text()
+    assert 'per-token exit' not in page and 'uniform depth' in page
+    assert '>\u00a3<' in page and '\ufffd' not in page  # one span for the character's 2 bytes
 
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),

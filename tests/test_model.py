@@ -886,7 +886,9 @@ def test_generate_return_depth():
 
 def save_good(path):
     m = make(loops=(2, 1), supervise=(1,))
-    torch.save({'model': m.state_dict(), 'model_args': model_args(m.config), 'iter_num': 7}, path)
+    torch.save({'model': m.state_dict(), 'model_args': model_args(m.config), 'iter_num': 7,
+                'meta': dict(tokenizer='byte', vocab_size=257, eot=256, dtype='uint16'),
+                'config': {}}, path)
     return m
 
 

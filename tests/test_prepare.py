@@ -152,7 +152,7 @@ def read_outputs(out_dir):
     for split in ('train', 'val'):
         ids = prepare.load_tokens(str(out_dir), split)
         assert ids.dtype == np.dtype(meta['dtype']) and len(ids) and ids[-1] == eot  # EOT ends docs
-        trained += [decode(doc) for doc in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
+        trained += [decode(doc[:-1]) for doc in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
     return meta, held, trained
 
 def snapshot(out_dir):
@@ -255,6 +255,47 @@ def test_fetch_caches_and_reuses(sources, server, tmp_path, monkeypatch):
         with pytest.raises(ValueError, match='--mirror'):
             prepare.fetch(prepare.SHAKESPEARE)
     assert not any(f.endswith('.tmp') for f in files_under(tmp_path))
+
+def test_interrupted_rerun_leaves_the_folder_as_it_was(sources, tmp_path, monkeypatch):
+    """A rerun with another split, stopped (Ctrl-C) after it wrote train.bin: the folder must stay
+    the first run's, whole (it held the new train.bin beside the old val.bin: held-out docs in
+    train.bin)."""
+    settings = dict(mirror=sources, data_root=str(tmp_path / 'data'), tokenizer='byte', eval_docs=2)
+    for key, value in settings.items():
+        monkeypatch.setattr(prepare, key, value)
+    root = tmp_path / 'data'
+    prepare.main()
+    first = snapshot(root / 'topics_byte')
+    monkeypatch.setattr(prepare, 'eval_docs', 1)
+
+    wrote = []
+
+    def ctrl_c_after_the_first_file(*args, **kw):  # (in the write of the second)
+        wrote.extend(a for a in args if str(a).startswith('wrote'))
+        if len(wrote) == 2:
+            raise KeyboardInterrupt
+    monkeypatch.setattr(prepare, 'print', ctrl_c_after_the_first_file, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        prepare.main()
+    assert snapshot(root / 'topics_byte') == first and os.listdir(root) == ['topics_byte']
+    monkeypatch.setattr(prepare, 'print', lambda *a, **k: None, raising=False)
+    prepare.main()  # the rerun, not stopped: the new folder whole
+    assert snapshot(root / 'topics_byte') != first and os.listdir(root) == ['topics_byte']
+    held = read_outputs(root / 'topics_byte')[1]
+    assert Counter(d['topic'] for d in held) == {t: 1 for t in EXPECTED}
+
+def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
+    (tmp_path / 'afile').write_text('')
+    r = run('--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path / "afile"}')
+    assert_one_line_error(r, 'cannot write', 'afile is a file', '--data_root')
+
+def test_pieces_decode_a_character_of_several_tokens_whole():
+    encode, decode, eot = prepare.get_tokenizer('byte')
+    ids = encode('a£b日') + [eot] + [0xe6, 0x97]  # '£': 2 bytes, '日': 3; a cut character at the end
+    assert prepare.pieces(ids, decode) == [('a', 0, 1), ('£', 1, 3), ('b', 3, 4), ('日', 4, 7),
+                                           ('<|endoftext|>', 7, 8), ('\ufffd', 8, 10)]
+    runs = prepare.pieces([0xff, 0xff, 0x61], decode)  # bytes that are not UTF-8: each alone
+    assert [j - i for _, i, j in runs] == [1, 1, 1]
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
     assert_one_line_error(run('--dataset=nope', f'--data_root={tmp_path}'),
@@ -368,7 +409,7 @@ def test_byte_tokenizer():
     ids = encode(text)
     assert eot == 256 and max(ids) < 256 and decode(ids) == text
     ids = np.array(encode('hi') + [eot] + encode('!'), dtype=np.uint16)
-    assert decode(ids) == 'hi!'  # EOT (and anything >= 256) dropped
+    assert decode(ids) == 'hi<|endoftext|>!'  # a document boundary shows, as GPT-2's does
     assert decode([0xe6, 0x97]) == '\ufffd'  # a cut multi-byte char never raises
     with pytest.raises(ValueError, match="'gpt2' or 'byte'"):
         prepare.get_tokenizer('bpe')
@@ -391,7 +432,7 @@ def test_gpt2_tokenizer(sources, tmp_path):
     encode, decode, eot = prepare.get_tokenizer('gpt2')
     text = 'Hello world, caf\u00e9 \u2014 <|endoftext|> stays text'
     assert eot == 50256 and decode(encode(text)) == text and eot not in encode(text)  # stays text
-    assert decode(encode('a') + [eot] + encode('b')) == 'ab'  # EOT dropped, as with 'byte'
+    assert decode(encode('a') + [eot] + encode('b')) == 'a<|endoftext|>b'  # as with 'byte'
     r = run('--dataset=shakespeare', '--tokenizer=gpt2', f'--mirror={sources}',
             f'--data_root={tmp_path}', '--eval_docs=5')
     assert r.returncode == 0, r.stderr

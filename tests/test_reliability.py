@@ -5,6 +5,7 @@ Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts 
 that the module starts in the background (a few threads, in test order) as soon as the first test asks;
 the test itself then only waits for its own results and asserts."""
 import json, os, re, shutil, signal, socket, subprocess, threading, time
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -106,17 +107,18 @@ def interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(d, name):
     p = start(d, 'train.py', *TINY, '--max_iters=100000', '--eval_interval=100000')
     out, err, took = interrupt_after(p, 3, SIGNALS[name])
     if not (d / 'out' / 'ckpt.pt').exists():
-        return out, err, took, None, None, None
+        return out, err, took, p.returncode, None, None, None
     ckpt, last = load(d / 'out' / 'ckpt.pt'), max(losses(out), default=0)
     resumed = run(d, 'train.py', *TINY, '--init_from=resume', f'--max_iters={last + 2}', '--eval_interval=100000')
-    return out, err, took, ckpt, resumed, load(d / 'out' / 'ckpt.pt')['iter_num']
+    return out, err, took, p.returncode, ckpt, resumed, load(d / 'out' / 'ckpt.pt')['iter_num']
 
 
 @pytest.mark.parametrize('name', SIGNALS)
 def test_interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(job, name):
-    out, err, took, ckpt, resumed, resumed_iter = job
+    out, err, took, rc, ckpt, resumed, resumed_iter = job
     assert took < 10, f"took {took:.1f}s to exit after {name}"
     assert 'Traceback' not in err, err
+    assert rc == 128 + SIGNALS[name], f"exit status {rc}: `a && b` would go on to b"  # 130, 143
     last = max(losses(out))  # the last finished (logged) iteration
     assert last >= 3
     assert ckpt is not None, f"no checkpoint after {name}\n{out}\n{err}"
@@ -173,12 +175,14 @@ DIVERGE = ['--init_from=resume', '--learning_rate=1e30', '--grad_clip=0.0', '--w
 def divergence_stops_with_a_clear_message(d):
     """Resume the base run (iter 2) with an absurd learning rate: its first update blows the weights up."""
     before = clone(base(d), d)
-    return run(d, 'train.py', *TINY, *DIVERGE, '--eval_interval=1000'), before, (d / 'out' / 'ckpt.pt').read_bytes()
+    r = run(d, 'train.py', *TINY, *DIVERGE, '--eval_interval=1000')
+    return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(os.listdir(d / 'out'))
 
 
 def test_divergence_stops_with_a_clear_message(job):
-    r, before, after = job
+    r, before, after, listing = job
     msg = one_line_error(r, 'loss', 'last good loss', 'learning_rate', 'alpha')
+    assert listing == ['ckpt.pt'], 'the run left more than its checkpoint (a train.lock?)'
     assert re.search(r'\b(nan|inf)\b', msg), msg
     logged = losses(r.stdout)
     last = max(logged)
@@ -265,8 +269,9 @@ def short_train_bin(d):
 
 
 BAD = {  # name: (setup(folder) or None, script and args, words the one line must contain)
-    'dataset_missing': (None, ('train.py', *TINY, '--dataset=nope_byte'),
-                        ['data/nope_byte/meta.json', 'python prepare.py --dataset=nope --tokenizer=byte']),
+    'dataset_missing': (None, ('train.py', *TINY, '--dataset=shakespeare_byte'),
+                        ['data/shakespeare_byte/meta.json',
+                         'python prepare.py --dataset=shakespeare --tokenizer=byte']),
     'vocab_changed': (edit_meta_vocab, RESUME, ['meta.json', 'vocab_size', '300', '257', '--dataset=tiny']),
     'n_embd_n_head': (None, ('train.py', *TINY, '--n_embd=30', '--n_head=4'), ['n_embd=30', 'n_head=4', 'need n_embd % n_head == 0']),
     'loops_zero': (None, ('train.py', *TINY, '--loops=(2,0)'), ['loops=(2, 0)', 'need all(k >= 1 for k in loops)']),
@@ -285,6 +290,22 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'config_raises': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = 1 / 0\n'),
                       ('train.py', 'mine.py'), ['mine.py', 'line 2', 'ZeroDivisionError']),
     'config_is_a_folder': (None, ('train.py', 'data'), ["'data'", 'folder']),
+    # issue 23: no prepare.py command makes these two (it used to suggest one)
+    'dataset_unknown': (None, ('train.py', *TINY, '--dataset=nope_byte'),
+                        ['data/nope_byte/meta.json', 'topics,shakespeare', 'not nope_byte',
+                         'check --dataset']),
+    'dataset_outside_data': (None, ('train.py', *TINY, '--dataset=../../etc'),
+                             ['etc', 'check --dataset']),
+    'init_from_without_ckpt': (lambda d: (d / 'nodir').mkdir(),
+                               ('train.py', *TINY, '--init_from=nodir'),
+                               ['no checkpoint at nodir/ckpt.pt', 'found out/ckpt.pt',
+                                '--init_from=out']),
+    'out_dir_is_a_file': (lambda d: (d / 'afile').write_text('mine'),
+                          ('train.py', *TINY, '--out_dir=afile'),
+                          ['cannot write afile/ckpt.pt', 'afile is a file', '--out_dir']),
+    'config_syntax_error': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = (1\n'),
+                            ('train.py', 'mine.py'),
+                            ["config file 'mine.py'", 'line 2', 'SyntaxError']),
 }
 
 
@@ -294,12 +315,33 @@ def bad_input_is_one_line_error_naming_the_fix(d, case):
     before = clone(base(d), d)
     if setup:
         setup(d)
-    return run(d, *cmd), before, (d / 'out' / 'ckpt.pt').read_bytes(), (d / 'out' / 'ckpt.pt.tmp').exists()
+    return run(d, *cmd), before, (d / 'out' / 'ckpt.pt').read_bytes(), os.listdir(d / 'out')
 
 
 @pytest.mark.parametrize('case', BAD)
 def test_bad_input_is_one_line_error_naming_the_fix(job, case):
-    r, before, after, tmp_left = job
+    r, before, after, listing = job
     one_line_error(r, *BAD[case][2])
     # a failed run never touches an existing checkpoint (every case has one in out/, the resume case reads it)
-    assert after == before and not tmp_left and 'saved checkpoint' not in r.stdout
+    assert after == before and listing == ['ckpt.pt'] and 'saved checkpoint' not in r.stdout
+
+
+# ---------------------------------------------------------------- a full or read-only disk
+@work
+def save_on_a_full_or_read_only_disk_is_one_line(d, disk):
+    """The save's file, out/ckpt.pt.tmp, points at /dev/full (every write: ENOSPC) or into a
+    read-only folder."""
+    before = clone(base(d), d)
+    with read_only_folder(d / 'ro') if disk == 'read-only' else nullcontext():
+        target = '/dev/full' if disk == 'full' else d / 'ro' / 'ckpt.pt.tmp'
+        os.symlink(target, d / 'out' / 'ckpt.pt.tmp')
+        r = run(d, 'train.py', *TINY, '--init_from=resume', '--max_iters=3', '--eval_interval=3')
+    return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(os.listdir(d / 'out'))
+
+
+@pytest.mark.parametrize('disk', ['full', 'read-only'])
+def test_save_on_a_full_or_read_only_disk_is_one_line(job, disk):
+    r, before, after, listing = job
+    why = {'full': 'No space left on device', 'read-only': 'Read-only file system'}[disk]
+    one_line_error(r, 'cannot save out/ckpt.pt at iter 3', why, 'left as it was')  # a RuntimeError
+    assert after == before and listing == ['ckpt.pt']  # no partial .tmp left to keep the disk full

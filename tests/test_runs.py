@@ -1,7 +1,7 @@
 """A user's runs: a rerun never replaces a checkpoint, one run at a time per out_dir, Ctrl-C that answers
 and can be forced, resume that keeps the run's own settings, each DDP rank's random state, and finding
 the checkpoint a user meant. Every script runs as a subprocess on tiny byte-level data (CPU)."""
-import re, signal, socket, subprocess, threading, time
+import os, re, shlex, signal, socket, subprocess, sys, threading, time
 
 import pytest
 import torch
@@ -39,20 +39,29 @@ def text(lines):
 def rerun_without_resume_refuses_and_says_how(d):
     make_data(d)
     first = run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2')
+    listing = sorted(os.listdir(d / 'out'))
     before = (d / 'out' / 'ckpt.pt').read_bytes()
     rerun = run(d, 'train.py', *TINY, '--max_iters=4', '--eval_interval=2')
     after = (d / 'out' / 'ckpt.pt').read_bytes()
     m = re.search(r'resume it with  (.+?)  or', rerun.stderr)
-    typed = subprocess.run(['bash', '-c', m.group(1)], cwd=d, env=ENV, capture_output=True, text=True,
-                           timeout=240) if m else None  # the hint, run as typed
+    typed = subprocess.run(['bash', '-c', as_typed(m.group(1))], cwd=d, env=ENV,
+                           capture_output=True, text=True, timeout=240) if m else None  # as typed
     resumed_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
     over = run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--overwrite=True')
-    return first, before, rerun, after, m, typed, resumed_iter, over, load(d / 'out' / 'ckpt.pt')['iter_num']
+    over_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
+    return first, before, rerun, after, m, typed, resumed_iter, over, over_iter, listing
+
+
+def as_typed(command):
+    """A printed `python ...` command, run by this test's python (PATH's may be another)."""
+    assert command.startswith('python '), command
+    return shlex.quote(sys.executable) + command[len('python'):]
 
 
 def test_rerun_without_resume_refuses_and_says_how(job):
-    first, before, rerun, after, m, typed, resumed_iter, over, over_iter = job
+    first, before, rerun, after, m, typed, resumed_iter, over, over_iter, listing = job
     ok(first)
+    assert listing == ['ckpt.pt'], 'the finished run left its (0-byte) train.lock behind'
     one_line_error(rerun, 'out/ckpt.pt', 'already holds a run', '--init_from=resume', '--overwrite=True')
     assert after == before and 'saved checkpoint' not in rerun.stdout
     assert m and typed is not None
@@ -215,3 +224,61 @@ def test_cuda_without_a_gpu_says_so(tmp_path):
     make_data(tmp_path)
     for r in run_all(*[(tmp_path, script, '--device=cuda') for script in ('train.py', 'sample.py', 'eval.py')]):
         one_line_error(r, "device='cuda'", 'no CUDA', '--device=cpu')
+
+
+# ---------------------------------------------------------------- a run that never starts
+@work
+def unusable_device_is_one_line_in_every_script(d):
+    make_data(d)
+    scripts = [('train.py', *TINY, '--out_dir=out-mps'), ('sample.py',), ('eval.py',),
+               ('bench.py',)]
+    return run_all(*[(d, *cmd, '--device=mps') for cmd in scripts]), os.path.exists(d / 'out-mps')
+
+
+def test_unusable_device_is_one_line_in_every_script(job):
+    results, made = job
+    for r in results:  # train.py: a RuntimeError; sample.py: "a truncated checkpoint"
+        one_line_error(r, "device='mps'", 'not usable', '--device=cpu')
+    assert not made, 'the out_dir of a run that never started was made (it held a train.lock)'
+
+
+@work
+def max_iters_0_on_a_fresh_run_says_what_is_true(d):
+    make_data(d)
+    r = run(d, 'train.py', *TINY, '--max_iters=0', '--out_dir=fresh')
+    return r, os.path.exists(d / 'fresh')
+
+
+def test_max_iters_0_on_a_fresh_run_says_what_is_true(job):
+    r, made = job
+    assert r.returncode != 0 and 'nothing to train: max_iters is 0' in r.stderr, r.stderr
+    assert 'ckpt.pt' not in r.stderr and not made  # there is no fresh/ckpt.pt "at iter 0"
+
+
+@work
+def run_from_another_folder_names_the_working_directory(d):
+    make_data(d)
+    (d / 'elsewhere').mkdir()
+    return run(d / 'elsewhere', 'train.py', *TINY), d / 'elsewhere'
+
+
+def test_run_from_another_folder_names_the_working_directory(job):
+    r, cwd = job
+    one_line_error(r, 'data/tiny/meta.json not found', f'no data/ in the working directory {cwd}')
+    assert list(cwd.iterdir()) == []
+
+
+@work
+def read_only_outputs_are_refused_before_the_work(d):
+    make_data(d)
+    ok(run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1'))
+    with read_only_folder(d / 'ro'):
+        return run_all((d, 'train.py', *TINY, '--out_dir=ro'),
+                       (d, 'eval.py', '--device=cpu', '--html=ro/depth.html'))
+
+
+def test_read_only_outputs_are_refused_before_the_work(job):
+    train, evaluate = job
+    one_line_error(train, 'cannot write ro/ckpt.pt', 'is read-only', '--out_dir')  # was an OSError
+    one_line_error(evaluate, 'cannot write ro/depth.html', 'is read-only', '--html')  # not after
+    assert 'iter ' not in train.stdout and 'suffix NLL' not in evaluate.stdout

