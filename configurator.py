@@ -11,16 +11,14 @@ import ast as _ast
 import builtins
 import sys
 import traceback
-from ast import literal_eval
 from difflib import get_close_matches
 
 def _excepthook(kind, err, tb, _default=sys.excepthook):
-    """nanoloop's error policy, all of it. Bad input is a ValueError or FileNotFoundError raised
-    on purpose, on a `raise` line in one of nanoloop's own files, with a message that names the
-    problem and the fix: it prints as one line, 'error: <message>' (exit status 1). Any other
-    exception, or one raised inside torch, numpy or the standard library, is a bug until shown
-    otherwise: it keeps its traceback. So where bad input makes a library fail (a file that is not
-    JSON, a full disk), the code catches that error and raises its own, naming the fix."""
+    """nanoloop's error policy, all of it. Bad input is a ValueError or FileNotFoundError raised on
+    purpose by a `raise` line of nanoloop's own files, naming the problem and the fix: it prints as
+    one line, 'error: <message>'. Anything else, even from inside torch or numpy, is a bug until
+    shown otherwise: it keeps its traceback. So where bad input makes a library fail (a file that is
+    not JSON, a full disk), the code catches that error and raises its own, naming the fix."""
     last = traceback.extract_tb(tb)[-1] if tb else None
     ours = last and os.path.dirname(os.path.abspath(last.filename)) == _HERE
     if issubclass(kind, (ValueError, FileNotFoundError)) and ours and last.line.startswith('raise'):
@@ -29,6 +27,7 @@ def _excepthook(kind, err, tb, _default=sys.excepthook):
         _default(kind, err, tb)
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.excepthook = _excepthook
+_overridden = set()  # the keys the user set (resume keeps the run's own value of any other key)
 
 def _set(key, val, where):
     if key not in globals() or key.startswith('_'):
@@ -46,9 +45,7 @@ def _set(key, val, where):
         sys.exit(f"error: {key} must be of type {type(old).__name__} (like {old!r}), "
                  f"got {val!r} ({where})")
     globals()[key] = val
-    _overridden.add(key)  # said by the user (resume keeps the run's own value of any other key)
-
-_overridden = set()
+    _overridden.add(key)
 
 def _run_config(path, into):
     """exec a config file; inside it, include('v5.py') first runs a config of the same folder."""
@@ -82,7 +79,7 @@ for _arg in sys.argv[1:]:
         if not _eq:
             sys.exit(f"error: '{_arg}' needs a value: write {_arg}=VALUE")
         try:
-            _val = literal_eval(_val)
+            _val = _ast.literal_eval(_val)
         except (SyntaxError, ValueError):
             pass  # a bare string, e.g. --dataset=topics
         _updates = {_key: _val}
@@ -92,12 +89,9 @@ for _arg in sys.argv[1:]:
     for _key, _val in _updates.items():
         if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
             _set(_key, _val, _arg)
-    if os.environ.get('RANK', '0') != '0':  # under torchrun only rank 0 talks
-        continue
-    if _arg.startswith('--'):
-        print(f"Overriding: {_key} = {globals()[_key]!r}")
-    else:
-        print(f"Overriding config with {_arg}")
+    if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
+        print(f"Overriding: {_key} = {globals()[_key]!r}" if _arg.startswith('--') else
+              f"Overriding config with {_arg}")
 for _rule in globals().get('_valid', []):  # a rule that does not hold: one line naming its keys
     if not eval(_rule, globals()):
         _keys = dict.fromkeys(k for k in re.findall(r'[a-z_]+', _rule) if k in globals())

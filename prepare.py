@@ -123,16 +123,6 @@ def sft_targets(rows, eot, pad=True):
     return rows[:, 1:].masked_fill(ignored, -1)
 
 @contextmanager
-def created(path):  # writes go to path.tmp, renamed once complete: never a half-written file
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        with open(path + '.tmp', 'wb') as f:
-            yield f
-        os.replace(path + '.tmp', path)
-    finally:  # after an error or Ctrl-C, no leftovers
-        pathlib.Path(path + '.tmp').unlink(missing_ok=True)
-
-@contextmanager
 def replaced(path):
     """-> a new folder beside path to build in; once complete it takes path's place whole. After an
     error or Ctrl-C it goes, and path stays as it was (never half old, half new)."""
@@ -160,10 +150,10 @@ def check_output(path, key):
         why = f"{path} is a folder" if os.path.isdir(path) else f"{where} is read-only"
         raise ValueError(f"cannot write {path}: {why}: give another --{key}")
 
-def folders(value, key='out_dir', once=True):  # 'a,b' -> ['a', 'b']; none empty, each once
+def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
     if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
         why = 'an empty name' if '' in names else 'a folder named twice'
-        raise ValueError(f"--{key}={value}: {why}; name the folders comma-separated: --{key}=a,b")
+        raise ValueError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
     return names
 
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
@@ -174,20 +164,23 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
         raise FileNotFoundError(f"{local} not found: --mirror must be laid out as <host>/<path>")
     import requests  # imported here: importing prepare.py stays quick
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path  # tests: local servers
-    identity = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
-    try:
-        with requests.get(url, headers=identity, stream=True, timeout=30) as r, created(local) as f:
+    plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
+    tmp = local + '.tmp'  # renamed once whole: a rerun never takes a cut-off download for the file
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    try:  # (a body shorter than its Content-Length raises in urllib3: an OSError)
+        with requests.get(url, headers=plain, stream=True, timeout=30) as r, open(tmp, 'wb') as f:
             r.raise_for_status()
             total = int(r.headers.get('Content-Length', 0))
             for chunk in r.iter_content(1 << 20):
                 f.write(chunk)
                 print(f"\rdownloading {url}: {f.tell():,} / {total:,} bytes", end='', flush=True)
-            print()
-            if total and f.tell() != total:
-                raise OSError(f"connection closed after {f.tell():,} of {total:,} bytes")
+        print()
+        os.replace(tmp, local)
     except OSError as e:  # requests' errors too; -> one line, which the excepthook prints
         raise ValueError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
                          "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
+    finally:  # after an error or Ctrl-C, no leftovers
+        pathlib.Path(tmp).unlink(missing_ok=True)
     return local
 
 def read(path):  # the text of a topic source
@@ -214,9 +207,8 @@ def dialogue_docs():  # DailyDialog: a dialogue a line, turns split by __eou__ -
     docs = []
     for split in ['train', 'validation', 'test']:
         with zipfile.ZipFile(fetch(DAILYDIALOG % split)) as z:  # read by name, never extracted
-            text = z.read(f'{split}/dialogues_{split}.txt').decode('utf-8')
-        for line in text.splitlines():
-            docs.append('\n'.join(filter(None, map(detokenize, line.split('__eou__')))))
+            lines = z.read(f'{split}/dialogues_{split}.txt').decode('utf-8').splitlines()
+        docs += ['\n'.join(filter(None, map(detokenize, line.split('__eou__')))) for line in lines]
     return docs
 def detokenize(turn):  # DailyDialog is space-tokenised; undo the commonest cases only
     for spaced in [' ,', ' .', ' ?', ' !', " ' ", ' \u2019 ']:
@@ -248,17 +240,31 @@ def held_and_kept(name):  # -> (held (topic, doc) for eval.jsonl, kept docs in o
         print(f"{topic:>11}: kept {len(docs) - n_held:,} docs, held out {n_held:,}")
     return held, kept
 
-def documents():  # topics / shakespeare -> (eot, held, train, val): token arrays, one a document
+def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: one a row)
     encode, _, eot = get_tokenizer(tokenizer)
-    dtype = 'uint16' if eot < 2**16 else 'uint32'
     held, kept = held_and_kept(dataset)
-    if dataset == 'topics':  # mix the topics; shakespeare keeps its order so the text reads on
+    if dataset != 'shakespeare':  # mix the topics; shakespeare keeps its order so the text reads on
         random.Random(seed).shuffle(kept)
-    n = min(int(0.9 * len(kept)), len(kept) - 1)  # 90% of the documents train; val is never empty
+    if dataset == 'sft':
+        held, docs = sft(encode, eot, held, kept)
+    else:
+        docs = [encode(d) + [eot] for d in kept]
+    n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
-        raise ValueError(f"only {len(kept)} documents left for train and val; lower --eval_docs")
-    docs = [np.array(encode(d) + [eot], dtype) for d in kept]
+        raise ValueError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
+                         + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
+    docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
+
+def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT padding
+    as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]  # unpadded
+    samples = [as_row(prompt, answer) for prompt, answer in kept]
+    rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
+    print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
+          f"block_size={block_size}")
+    held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
+            if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
+    return held, rows
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
     if tokenizer != 'gpt2':
@@ -274,33 +280,15 @@ def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token coun
                          f"magic 20240520, version 1, token count), file size {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
-def sft():  # -> (eot, held, train, val): one array of rows: prompt, EOT, answer, EOT, EOT padding
-    encode, _, eot = get_tokenizer(tokenizer)
-    held, kept = held_and_kept('sft')
-    random.Random(seed).shuffle(kept)
-    as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]  # unpadded
-    samples = [as_row(prompt, answer) for prompt, answer in kept]
-    rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
-    print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
-          f"block_size={block_size}")
-    rows = np.array(rows, 'uint16' if eot < 2**16 else 'uint32').reshape(-1, block_size)
-    n = min(int(0.9 * len(rows)), len(rows) - 1)  # 90% of the rows train
-    if n < 1:
-        raise ValueError(f"only {len(rows)} samples fit in block_size={block_size}: raise it")
-    held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
-            if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
-    return eot, held, [rows[:n]], [rows[n:]]
-
 def main():
     if dataset not in DATASETS and dataset != 'fineweb':
         raise ValueError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
     check_output(os.path.join(out_dir, 'meta.json'), 'data_root')
     with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
-        eot, held, train, val = {'fineweb': fineweb, 'sft': sft}.get(dataset, documents)()
-        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype))
-        if dataset == 'sft':  # training draws whole rows
-            meta['row'] = block_size
+        eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
+        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
+                    row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows
         docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
         lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
         files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],

@@ -6,7 +6,6 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft --max_new_tokens=100
 (the study's settings: --top_k=50 --top_p=0.9 --repetition_penalty=1.2 --temperature=1.0)
 """
 import os
-import pathlib
 import sys
 import time
 import torch
@@ -45,7 +44,7 @@ if start.startswith('FILE:'):
         what = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
         raise FileNotFoundError(f"prompt file {path} {what} (--start=FILE:path reads path)")
     try:
-        start = pathlib.Path(path).read_text(encoding='utf-8')
+        start = open(path, encoding='utf-8').read()
     except UnicodeDecodeError as e:
         raise ValueError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
 exit_policy = parse_exit(exit_at) if exit_at else None
@@ -56,8 +55,7 @@ def paint(text, depth, max_depth):
     colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
-def sample(out_dir):
-    """num_samples samples of one model, each printed after the prompt."""
+def sample(out_dir):  # num_samples samples of one model, each printed after the prompt
     torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
