@@ -48,7 +48,7 @@ step eval python "$HERE/eval.py" --out_dir="$RUN" --device="$DEVICE" ${EVAL_ARGS
 
 {   # the headline figures, each under the command behind it
     head -n 1 "$OUT/bench.log"
-    grep -m 1 ', torch ' "$OUT/bench.log"  # the machine, the dtype and why
+    grep -E -m 2 ', torch |^dtype: ' "$OUT/bench.log"  # the machine; the dtypes and why
     grep -E '^\| train' "$OUT/bench.log"
     head -n 1 "$OUT/train.log"
     grep -E '^parameters|training from' "$OUT/train.log"
