@@ -23,7 +23,7 @@ DATASET=${DATASET:-topics}
 RUN=$OUT/out-v13
 mkdir -p "$OUT"
 
-step() {  # step NAME COMMAND...: run it; its command and output to $OUT/NAME.log, seconds to times.txt
+step() {  # step NAME COMMAND...: run it; command and output to $OUT/NAME.log, seconds to times.txt
     local name=$1 t0=$SECONDS
     shift
     echo "\$ $(printf '%q ' "$@")" | tee "$OUT/$name.log"  # the command, as it would run typed
