@@ -4,7 +4,7 @@ absolute numbers:
 - training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks
   of the same width;
 - the tied loop's training step in float32 vs bfloat16 autocast, at n_embd and at each of
-  dtype_widths (where bf16 starts to pay: on a CPU with bf16 instructions, not below d~96);
+  dtype_widths (on a CPU with bf16 instructions, bf16 pays from between d=128 and d=192);
 - phantom vs full backprop at several k: step time and memory;
 - generation: tokens/s re-encoding the context and with the KV cache at full depth, then with the
   KV cache + each per-token policy (each exit; an ACT model's gate). A policy's row gives the mean
@@ -56,10 +56,12 @@ exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator
 # -----------------------------------------------------------------------------
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
 cuda = 'cuda' in device
-dtype, precision = autocast_dtype('cuda' if cuda else 'cpu', dtype)
 FP32, BF16 = (torch.autocast('cuda' if cuda else 'cpu', torch.bfloat16, enabled=on)
               for on in (False, True))  # each reusable: the contexts the dtype rows compare
-ctx = BF16 if dtype == 'bfloat16' else FP32
+# the training rows' dtype, and the generation rows' (on a CPU: float32 decodes faster)
+(dtype, precision), (gen_dtype, gen_precision) = (
+    autocast_dtype('cuda' if cuda else 'cpu', dtype, decode) for decode in (False, True))
+ctx, gen_ctx = (BF16 if d == 'bfloat16' else FP32 for d in (dtype, gen_dtype))
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 BF16_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, '4090': 165e12,
              '3090': 71e12}
@@ -154,7 +156,7 @@ def gen_speeds(settings):
     all block calls counted."""
     speeds = [[] for _ in settings]
     counts, depths = [None] * len(settings), [None] * len(settings)
-    with ctx:
+    with gen_ctx:
         for r in range(repeats + 1):
             for i, (model, start, kv_cache, exit) in enumerate(settings):
                 hooks = []
@@ -220,7 +222,8 @@ for name, full, ids, policies in groups:
 # the header: the command, the machine, the shapes
 where = torch.cuda.get_device_name() if cuda else f"{device}, {torch.get_num_threads()} threads"
 print(f"$ python {shlex.join(sys.argv)}")  # as typed: it runs again
-print(f"{where}, torch {torch.__version__}, {precision}, compile={compile}; median of {repeats}")
+print(f"{where}, torch {torch.__version__}, compile={compile}; median of {repeats}")
+print(f"dtype: training rows {precision}; generation rows {gen_precision}")
 print(f"training: batch {batch_size} x {block_size}, d={n_embd}, {n_head} heads, "
       f"vocab {vocab_size}")
 for name, full, ids, _ in groups:

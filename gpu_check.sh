@@ -23,7 +23,7 @@ DATASET=${DATASET:-topics}
 RUN=$OUT/out-v13
 mkdir -p "$OUT"
 
-step() {  # step NAME COMMAND...: run it, log its command, output and seconds to $OUT/NAME.log
+step() {  # step NAME COMMAND...: run it; command and output to $OUT/NAME.log, seconds to times.txt
     local name=$1 t0=$SECONDS
     shift
     echo "\$ $(printf '%q ' "$@")" | tee "$OUT/$name.log"  # the command, as it would run typed
@@ -48,7 +48,7 @@ step eval python "$HERE/eval.py" --out_dir="$RUN" --device="$DEVICE" ${EVAL_ARGS
 
 {   # the headline figures, each under the command behind it
     head -n 1 "$OUT/bench.log"
-    grep -m 1 ', torch ' "$OUT/bench.log"  # the machine, the dtype and why
+    grep -E -m 2 ', torch |^dtype: ' "$OUT/bench.log"  # the machine; the dtypes and why
     grep -E '^\| train' "$OUT/bench.log"
     head -n 1 "$OUT/train.log"
     grep -E '^parameters|training from' "$OUT/train.log"

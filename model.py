@@ -428,14 +428,17 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
 
-def autocast_dtype(device_type, dtype=''):
+def autocast_dtype(device_type, dtype='', decode=False):
     """-> (dtype, a line saying which and why) for the --dtype key; '' picks: bfloat16 autocast on
-    CUDA, and on a CPU with bf16 instructions (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed),
+    CUDA, and on a CPU with bf16 instructions (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed)
+    unless it is to decode (a token at a time, autocast's casts cost more than its matmuls save),
     float32 on other CPUs (which emulate bf16, slower than fp32). Under autocast the parameters,
     so the checkpoints, stay float32: only the matmuls run in bf16."""
     why = f"--dtype={dtype}"
     if not dtype and device_type == 'cuda':
         dtype, why = 'bfloat16', "the default on CUDA"
+    elif not dtype and decode:
+        dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
     elif not dtype:
         has = [name for name, test in (('AMX', torch.cpu._is_amx_tile_supported),
                                        ('avx512_bf16', torch.cpu._is_avx512_bf16_supported))

@@ -980,13 +980,16 @@ def test_training_forward_compiles_in_one_graph(kw):
 @pytest.mark.parametrize("amx, avx512_bf16", [(False, False), (True, False), (False, True), (True, True)])
 def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypatch, amx, avx512_bf16):
     """dtype='' picks bf16 autocast on a CPU whose instructions make it fast, float32 on one that would
-    emulate it; the line says which and why. CUDA: bf16; a dtype given is kept."""
+    emulate it, and to decode; the line says which and why. CUDA: bf16; a dtype given is kept."""
     monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: amx)
     monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: avx512_bf16)
     has = ' and '.join(n for n, on in (('AMX', amx), ('avx512_bf16', avx512_bf16)) if on)
     want = ('bfloat16', f'bfloat16 autocast: this CPU has {has} instructions') if has else \
         ('float32', 'float32: this CPU has no bf16 instructions')
     assert autocast_dtype('cpu') == autocast_dtype('cpu', '') == want
-    assert autocast_dtype('cuda') == ('bfloat16', 'bfloat16 autocast: the default on CUDA')
+    assert autocast_dtype('cuda') == autocast_dtype('cuda', decode=True) == \
+        ('bfloat16', 'bfloat16 autocast: the default on CUDA')
+    assert autocast_dtype('cpu', decode=True) == \
+        ('float32', 'float32: decoding on a CPU, a token at a time (bf16 autocast is slower)')
     assert autocast_dtype('cpu', 'float32') == ('float32', 'float32: --dtype=float32')
     assert autocast_dtype('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')

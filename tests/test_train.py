@@ -242,7 +242,7 @@ def test_the_start_lines_name_the_dtype_and_why(job):
     tensors = {**job['ckpt']['model'], **{f'optimizer {i} {k}': v for i, s in job['ckpt']['optimizer']['state'].items()
                                           for k, v in s.items() if k != 'step'}}
     assert len(tensors) > 10 and {n: t.dtype for n, t in tensors.items() if t.dtype != torch.float32} == {}
-    assert 'bfloat16 autocast: this CPU has AMX and avx512_bf16 instructions' in job['sample'].stderr
+    assert 'float32: decoding on a CPU, a token at a time (bf16 autocast is slower)' in job['sample'].stderr
     assert ok(job['sample']).count('---------------') == 1  # stdout: still just the sample
     assert re.search(r'^float32: this CPU has no bf16 instructions$', ok(job['eval']), re.M)
 
@@ -282,7 +282,8 @@ def test_bench_prints_one_table(job):
         fp32, bf16 = (rows[f'train d={width} [1][A x3][1]: {dtype}'] for dtype in ('float32', 'bf16 autocast'))
         assert fp32[3] == bf16[3] and re.fullmatch(r"\d+\.\d\dx float32's speed", bf16[-1])
     assert float(fp32[3]) < float(rows['train d=32 [1][A x3][1]: float32'][3])  # d=16: the smaller model
-    assert re.search(r'^cpu, \d+ threads, torch .*, (bfloat16 autocast|float32): this CPU has', out, re.M)
+    assert re.search(r'^dtype: training rows (bfloat16 autocast|float32): this CPU has .*; generation rows '
+                     r'float32: decoding on a CPU', out, re.M)
     mem = {k: float(rows[f'train k={k}: phantom'][2]) / float(rows[f'train k={k}: full backprop'][2]) for k in (1, 4)}
     assert abs(mem[1] - 1) < 0.01 and mem[4] < 0.8  # phantom saves the activations of all but the last iteration
     assert float(rows['train k=4: full backprop'][2]) > float(rows['train k=1: full backprop'][2])
@@ -337,7 +338,7 @@ def test_gpu_check_runs_every_step_and_sums_up(job):
                                                       'times.txt', 'summary.txt', 'out-v13'}
     summary = (d / 'gc' / 'summary.txt').read_text()
     assert re.search(r"^\| train d=32 \[1\]\[A x3\]\[1\]: bf16 autocast \|.*x float32's speed \|$", summary, re.M)
-    assert re.search(r'^cpu, \d+ threads, torch .*(bfloat16 autocast|float32): ', summary, re.M)
+    assert re.search(r'^dtype: training rows (bfloat16 autocast|float32): ', summary, re.M)
     assert re.search(r'^\$ python \S+/train.py \S+/config/v13.py --dataset=tiny ', summary, re.M)
     assert 'training from iter 0 to 3 on cpu; ' in summary and re.search(r'^iter 3: train loss', summary, re.M)
     assert len(re.findall(r'^\[5 tokens, [\d.]+ tok/s\]$', summary, re.M)) == 2  # sample.py: 2 samples
