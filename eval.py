@@ -53,6 +53,22 @@ def pack_docs(docs_tokens, eot, T):
         real[i, :len(toks)] = True
     return x, real
 
+def doc_rows(data_dir, T, max_docs):
+    """-> docs, tokens, x (N, T), real (N, T - 1), n_bad: the first max_docs documents of each topic
+    in eval.jsonl, grouped by topic, each packed into a row; real: is each prediction's TARGET
+    real (aligned with score's columns); n_bad: the malformed lines skipped."""
+    encode, _, eot = get_tokenizer(load_meta(data_dir)['tokenizer'])
+    docs, n_bad = read_eval_docs(path := os.path.join(data_dir, 'eval.jsonl'))
+    topics = dict.fromkeys(d['topic'] for d in docs)
+    docs = [d for t in topics for d in [d for d in docs if d['topic'] == t][:max_docs]]
+    if not docs:
+        raise data_error(path, f"has no usable documents ({n_bad} malformed lines)")
+    # an SFT sample is its prompt, EOT, its answer (and pack_docs adds EOT, padding)
+    tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
+              for d in docs]
+    x, real = pack_docs(tokens, eot, T)
+    return docs, tokens, x, real[:, 1:], n_bad
+
 @torch.no_grad()
 def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
     """-> nll, depth and the probes (resid, moved, entropy) of each PREDICTION in token rows x,
@@ -261,17 +277,7 @@ def evaluate(out_dir):
         raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
                          f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
                          "the tokenizer the model was trained with")
-    encode, decode, eot = get_tokenizer(meta['tokenizer'])
-    docs, n_bad = read_eval_docs(path := os.path.join(data_dir, 'eval.jsonl'))
-    topics = dict.fromkeys(d['topic'] for d in docs)  # the first max_docs of each, grouped by topic
-    docs = [d for t in topics for d in [d for d in docs if d['topic'] == t][:max_docs]]
-    if not docs:
-        raise data_error(path, f"has no usable documents ({n_bad} malformed lines)")
-    # an SFT sample is its prompt, EOT, its answer (and pack_docs adds EOT, padding)
-    tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
-              for d in docs]
-    x, real = pack_docs(tokens, eot, T)
-    real = real[:, 1:]  # is each prediction's TARGET real: aligned with score's columns
+    docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
     # at the trained depth: suffix NLL, topic NLL, the probes (and the ACT gate's depth)
     nll, depth, resid, moved, entropy = score(model, x, batch_size)
     probes = {'relative residual': probe(nll, resid, real), 'absolute residual':
@@ -288,12 +294,13 @@ def evaluate(out_dir):
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
-                  eval_docs=len(docs), skipped_lines=n_bad, docs=path)
+                  eval_docs=len(docs), skipped_lines=n_bad,
+                  docs=os.path.join(data_dir, 'eval.jsonl'))
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
     if html:
-        write_html(html, docs, tokens, depth, decode, report)
+        write_html(html, docs, tokens, depth, get_tokenizer(meta['tokenizer'])[1], report)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
     return report
 

@@ -1,51 +1,74 @@
 """
-The depth frontier: val NLL against the mean loop iterations per token, for every depth policy, on
-models of one shape ([2 std][A x12][2 std], d=64), data (byte topics) and schedule (1,500 steps).
-Trains the models it lacks (and resumes the ones whose run stopped early), measures every policy on
-the same val rows, and writes frontier.json, frontier.md (the table) and frontier.svg (one chart per
-policy) to out-frontier/ (--results=results/frontier: over the committed results):
-$ python prepare.py --dataset=topics --tokenizer=byte && python frontier.py
-The policies:
-- fixed: every token runs k iterations (k = 1..12);
-- frozen exit (maxprob, resid): a token stops at its first confident step and its state is frozen
-  while later tokens still attend to it; this is what saves compute;
-- selection exit: every token runs all 12; each takes the logits of its first confident depth:
-  the policy's upper bound, with no saving;
-- ACT: the gate's own depth, at three halt penalties.
-Each point is compared with the best fixed depth of any model at the same mean depth.
+The seeded campaign behind RESULTS.md. Trains every model the findings compare once per seed
+(seeds: the initial weights and the batch order), measures each run on the same held-out text, and
+writes the findings as tables of mean +/- standard error over the seeds, every difference with its
+verdict, and the depth frontier with compute in forward FLOPs per token:
+$ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
+$ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
+$ python frontier.py                           # trains what is missing, measures: out-frontier/
+$ python frontier.py --results=results/seeds   # the same, over the committed results
+A finished run is never trained again (one that stopped early is resumed: never measured
+half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
+campaign finished trains nothing and writes the same tables from those files.
+The rule: a difference is a finding when its mean over the seeds exceeds twice its standard error
+(paired by seed: every model trains at every seed); otherwise it is "not established". Policies on
+one model (same weights, same rows) are compared within each seed, then averaged.
 """
 import os
 import sys
 import json
+import math
+import string
 import subprocess
 import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
 from model import load_checkpoint
-from prepare import check_output, load_tokens
+from prepare import check_output, load_meta, load_tokens, sft_targets
 
-MODELS = {  # name -> (out_dir, train.py arguments): the same shape, data and steps
-    'single-depth': ('out-cpu-single', ['config/cpu_single.py']),
-    'multi-depth': ('out-cpu-multi', ['config/cpu_multi.py']),
-    'random depth': ('out-cpu-random', ['config/cpu_random.py']),
-    'per-token depth': ('out-cpu-token', ['config/cpu_token.py']),
-    **{f'ACT {hp}': (f'out-cpu-act-{hp}', ['config/cpu_act.py', f'--halt_penalty={hp}',
-                                          f'--out_dir=out-cpu-act-{hp}'])
+SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
+MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the same shape and data
+    'single': (['config/cpu_single.py', *SCHEDULE], None),
+    'multi': (['config/cpu_multi.py', *SCHEDULE], None),
+    'phantom': (['config/cpu_phantom.py', *SCHEDULE], None),
+    'sandwich3': (['config/cpu_sandwich3.py', *SCHEDULE], None),
+    **{f'act-{hp}': (['config/cpu_act.py', *SCHEDULE, f'--halt_penalty={hp}'], None)
        for hp in (0.001, 0.003, 0.01)},
+    'plain': (['config/cpu_plain.py', *SCHEDULE], None),
+    **{f'exit-{beta}': (['config/cpu_exit.py', *SCHEDULE, f'--exit_beta={beta}'], None)
+       for beta in (0.01, 0.1)},  # the learned exit distribution (Ouro's stage I)
+    'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
+    'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
+    'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
 }
-THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.8, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02)}
-COLOURS = ['steelblue', 'crimson', 'darkorange', 'seagreen', 'purple', 'gray', 'black']
+seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights and batch order)
+models = ''  # '' = all of MODELS; or some, comma-separated: 'single,multi'
+runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
+results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
-results = 'out-frontier'  # results/frontier holds the committed ones: write there on purpose
+THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02),
+              'learned': (0.3, 0.5, 0.7, 0.9)}  # the post-hoc exits, and the exit gate's q
+LAMBDAS = (0, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3)  # the oracle's price of compute, nats per MFLOP
+SFT_MODELS = ['single', 'plain', 'sft', 'sft-nopad', 'plain-sft']  # scored on held-out SFT samples
+TOPICS, SFT = 'data/topics_byte', 'data/sft_byte'
 eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
-_valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''"]
+_valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", 'len(seeds) >= 1',
+          "set(models.split(',')) <= set(MODELS) or models == ''"]
 
-def train(out_dir, args):
-    """python train.py args, unless out_dir holds a finished run (one that stopped early is resumed:
-    it is never measured half-trained); its log goes to results/."""
+def run_dir(name, seed):
+    return os.path.join(runs, f'{name}-s{seed}')
+
+def train(name, seed):
+    """python train.py with the model's arguments, unless its run finished (one that stopped early
+    is resumed: it is never measured half-trained); its log goes to results/train/."""
+    args, base = MODELS[name]
+    out_dir = run_dir(name, seed)
+    args = [*args, f'--seed={seed}', f'--out_dir={out_dir}', *train_args.split()]
+    if base:
+        args.append(f'--init_from={run_dir(base, seed)}')
     what, why = 'training', ''
     if os.path.exists(path := os.path.join(out_dir, 'ckpt.pt')):
         ckpt = torch.load(path, map_location='cpu', weights_only=True)
@@ -53,21 +76,46 @@ def train(out_dir, args):
         if done >= goal:
             return
         what, why = 'resuming', f" (it stopped at iter {done} of {goal})"
-        args = [*args, '--init_from=resume']
-    log = os.path.join(results, f'train_{os.path.basename(out_dir)}.log')
-    print(f"{what} {out_dir}{why}: python train.py {' '.join(args)} {train_args} > {log}",
-          flush=True)
+        args = [a for a in args if not a.startswith('--init_from=')] + ['--init_from=resume']
+    log = os.path.join(results, 'train', f'{name}-s{seed}.log')
+    print(f"{what} {out_dir}{why}: python train.py {' '.join(args)} > {log}", flush=True)
     here = os.path.dirname(os.path.abspath(__file__))  # train.py and config/ (run from any folder)
-    args = [os.path.join(here, a) for a in ['train.py', *args] if a.endswith('.py')] + \
-        [a for a in args if not a.endswith('.py')] + train_args.split()
+    args = [os.path.join(here, a) if a.endswith('.py') else a for a in ['train.py', *args]]
+    os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, 'a' if why else 'w') as f:
         r = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT)
     if r.returncode:
         raise ValueError(f"training {out_dir} failed (exit {r.returncode}): see {log}")
 
+# ----------------------------------------------------------------------------- compute
+def block_flops(c, T):
+    """A block's forward FLOPs per token, as torch's FlopCounterMode counts them (matmuls, and
+    attention over all T keys of the row): qkv 6 d^2, proj 2 d^2, SwiGLU 24 d^2, each a
+    multiply-add (x2); the scores and the weighted values, 4 T d."""
+    d = c.n_embd
+    return 2 * 16 * d * d + 4 * T * d
+
+def flops(c, T, depth, readouts=1, gates=0):
+    """Forward FLOPs per token: the prelude and `depth` loop iterations (summed over segments),
+    `readouts` (the coda and the head: the model's own, plus one per maxprob check) and `gates`
+    (ACT's or the exit gate's, 2 d each: counted once per iteration, an upper bound)."""
+    readout = c.n_coda * block_flops(c, T) + 2 * c.n_embd * c.vocab_size
+    return (c.n_prelude + depth) * block_flops(c, T) + readouts * readout + gates * 2 * c.n_embd
+
+def train_flops(c, T):
+    """FLOPs per token of a training step: forward, and backward at twice the forward, with every
+    supervised depth's readout; phantom's no-grad iterations run forward only."""
+    depth = sum(c.loops)
+    readouts = 1 + sum(d < depth for d in c.supervise)
+    forward = flops(c, T, depth, readouts, depth if c.act or c.exit_gate else 0)
+    no_grad = sum(max(k - c.phantom_steps, 0) for k in c.loops) if c.phantom else 0
+    return 3 * forward - 2 * no_grad * block_flops(c, T)
+
+# ----------------------------------------------------------------------------- measuring a run
 @torch.no_grad()
 def every_depth(model, rows):
-    """-> nll, maxprob, resid (K, N): each predicting token at every fixed depth k = 1..K."""
+    """-> nll, maxprob, resid (K, N): each prediction at every fixed depth k = 1..K (k iterations
+    in every segment)."""
     out = []
     for k in range(1, model.config.loops[0] + 1):
         per_batch = []
@@ -86,75 +134,350 @@ def select(nll, confident):
     first = torch.where(confident.any(0), confident.float().argmax(0), len(nll) - 1)
     return nll.gather(0, first[None])[0], first + 1
 
-def policies(model, rows):
-    """-> {policy: [(threshold or k, mean depth, NLL)]} of one model."""
-    if model.config.act:
+def oracle(nll, cost):
+    """The ceiling no per-token policy can pass: each token takes the fixed depth that minimises
+    NLL_k + lambda * FLOPs_k (it sees the target), for each price lambda. cost: FLOPs_k (K,)."""
+    mflop = torch.tensor(cost) / 1e6
+    points = []
+    for lam in LAMBDAS:
+        pick = (nll + lam * mflop[:, None]).argmin(0)
+        points.append(dict(t=lam, depth=(pick + 1).float().mean().item(),
+                           nll=nll.gather(0, pick[None]).mean().item(),
+                           flops=1e6 * mflop[pick].mean().item()))
+    return points
+
+def measure_val(model, rows):
+    """-> {policy: [points]} on the val rows: a point is a threshold t (or k), the mean loop depth
+    per token, the NLL and the forward FLOPs per token."""
+    c, T = model.config, rows.size(1)
+    point = lambda t, depth, nll, readouts=1, gates=0: dict(
+        t=t, depth=depth, nll=nll, flops=flops(c, T, depth, readouts, gates))
+    if c.act or not c.loops:  # ACT: the gate's own depth; a plain transformer: its one depth
         nll, depth = ev.val_nll(model, rows, batch_size)
-        return {'ACT': [(model.config.halt_penalty, depth, nll)]}
+        return {'ACT' if c.act else 'fixed': [point(c.halt_penalty, depth, nll, 1, depth * c.act)]}
     nll, maxprob, resid = every_depth(model, rows)
-    out = {'fixed': [(k + 1, k + 1.0, n.item()) for k, n in enumerate(nll.mean(1))]}
-    for kind, t_all in THRESHOLDS.items():
-        signal = {'maxprob': lambda t: maxprob >= t, 'resid': lambda t: resid < t}[kind]
-        chosen = [select(nll, signal(t)) for t in t_all]
-        out[f'selection {kind}'] = [(t, d.float().mean().item(), n.mean().item())
-                                    for t, (n, d) in zip(t_all, chosen)]
-        frozen = [ev.val_nll(model, rows, batch_size, exit=(kind, t)) for t in t_all]
-        out[f'frozen {kind}'] = [(t, depth, n) for t, (n, depth) in zip(t_all, frozen)]
+    S, K = len(c.loops), len(nll)  # (k iterations in each of S segments)
+    out = {'fixed': [dict(point(k, k * S, n.mean().item()), maxprob=m.mean().item(),
+                          resid=r.mean().item()) for k, n, m, r in zip(range(1, K + 1), nll,
+                                                                       maxprob, resid)],
+           'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)])}
+    for kind in ['maxprob', 'resid'] + ['learned'] * c.exit_gate:
+        frozen = []
+        for t in THRESHOLDS[kind]:
+            n, depth = ev.val_nll(model, rows, batch_size, exit=(kind, t))
+            frozen.append(point(t, depth, n, 1 + depth * (kind == 'maxprob'),
+                                depth * (kind == 'learned')))
+        out[f'frozen {kind}'] = frozen
+        if kind != 'learned':  # every token runs all K; each reads out at its first confident depth
+            signal = {'maxprob': lambda t: maxprob >= t, 'resid': lambda t: resid < t}[kind]
+            picked = [(t, *select(nll, signal(t))) for t in THRESHOLDS[kind]]
+            out[f'selection {kind}'] = [point(t, K * S, n.mean().item(), K if kind == 'maxprob'
+                                              else 1) | dict(depth=d.float().mean().item() * S)
+                                        for t, n, d in picked]
     return out
 
-def best_fixed(table):
-    """The lower envelope of every model's fixed-depth curve: depth -> NLL, interpolated."""
-    points = {}
-    for per_policy in table.values():
-        for k, _, nll in per_policy.get('fixed', []):
-            points[k] = min(points.get(k, nll), nll)
-    ks = sorted(points)
-    return lambda depth: float(np.interp(depth, ks, [points[k] for k in ks]))
+CLASSES = {'digits': string.digits, 'letters': string.ascii_letters, 'spaces': ' \n\t',
+           'punctuation': string.punctuation}  # of a byte target; the rest: 'other'
 
-def write(table):
-    uniform = best_fixed(table)
-    rows = ["| model | policy | threshold / k | mean depth | NLL | best fixed depth there | diff |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
-    for name, per_policy in table.items():
-        for policy, points in per_policy.items():
-            for t, depth, nll in points:
-                u = uniform(depth)
-                rows.append(f"| {name} | {policy} | {t} | {depth:.2f} | {nll:.4f} | {u:.4f} | "
-                            f"{nll - u:+.4f} |")
-    with open(os.path.join(results, 'frontier.md'), 'w') as f:
-        f.write('\n'.join(rows) + '\n')
-    envelope = [(k, uniform(k)) for k in range(1, 13)]
+def measure_docs(model, x, real, topics):
+    """On the topics' held-out documents: the paper's suffix NLL (masked and unmasked), the NLL of
+    every real target, the probes, and the loop depth per topic and per character class."""
+    nll, depth, resid, moved, entropy = ev.score(model, x, batch_size)
+    start = round(193 * x.size(1) / 256)
+    norm = moved / resid.clamp_min(1e-12)  # |z_(k-1)|: the relative residual's denominator
+    probes = {'relative residual': ev.probe(nll, resid, real), 'absolute residual':
+              ev.probe(nll, moved, real), '|z|': ev.probe(nll, norm, real),
+              'entropy': ev.probe(nll, entropy, real)}
+    kind = torch.full((257,), len(CLASSES))  # each byte's class; EOT and non-ASCII: 'other'
+    for i, chars in enumerate(CLASSES.values()):
+        kind[list(chars.encode())] = i
+    target_kind = kind[x[:, 1:]]
+    classes = {}
+    for i, name in enumerate([*CLASSES, 'other']):
+        m = real & (target_kind == i)
+        classes[name] = dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
+                             tokens=int(m.sum()))
+    return dict(suffix=ev.suffix_nll(nll, real, start), nll=nll[real].mean().item(),
+                probes=probes, topics=ev.topic_depths(nll, depth, real, topics), classes=classes)
+
+def measure_sft(model, x, real, eot):
+    """On the held-out SFT samples: the NLL of the answers and their EOT (what SFT trains: the
+    real targets), of the answers and the padding after them (what a pad-trained SFT counts), and
+    the paper's suffix (targets 96..127), each with its token count."""
+    nll = ev.score(model, x, batch_size)[0]
+    answer, padded = (sft_targets(x, eot, pad) >= 0 for pad in (False, True))
+    start = round(193 * x.size(1) / 256)
+    return dict(answer=nll[answer].mean().item(), answer_tokens=int(answer.sum()),
+                with_pad=nll[padded].mean().item(), with_pad_tokens=int(padded.sum()),
+                suffix=ev.suffix_nll(nll, real, start),
+                suffix_tokens=int(real[:, start - 1:].sum()))
+
+def measure(name, seed):
+    """-> the measurements of one run, read from runs/<name>-s<seed>.json once they exist."""
+    path = os.path.join(results, 'runs', f'{name}-s{seed}.json')
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    model, _ = load_checkpoint(os.path.join(run_dir(name, seed), 'ckpt.pt'), device)
+    model.eval()
+    T = model.config.block_size
+    rows = ev.val_rows(load_tokens(TOPICS, 'val'), T, eval_iters * batch_size, seed=1337)
+    docs, _, x, real, _ = ev.doc_rows(TOPICS, T, max_docs=200)
+    out = dict(model=name, seed=seed, alphas=model.alphas(),
+               train_flops=train_flops(model.config, T), val=measure_val(model, rows),
+               docs=measure_docs(model, x, real, [d['topic'] for d in docs]))
+    if name in SFT_MODELS:
+        _, _, x, real, _ = ev.doc_rows(SFT, T, max_docs=10_000)  # all of them
+        out['sft'] = measure_sft(model, x, real, load_meta(SFT)['eot'])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + '.tmp', 'w') as f:
+        json.dump(out, f, indent=1)
+    os.replace(path + '.tmp', path)  # whole or not at all: a half-written file is never read
+    print(f"measured {name} seed {seed}: {path}", flush=True)
+    return out
+
+# ----------------------------------------------------------------------------- the findings
+FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.01', 'exit-0.1']  # one shape: [2][A x12][2]
+ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
+PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', *ACT_MODELS]
+PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
+
+def stats(values):
+    """-> (mean, standard error of the mean) over the seeds."""
+    v = np.array(values, dtype=float)
+    return v.mean(), v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float('nan')
+
+def pm(values, digits=3):
+    mean, se = stats(values)
+    return f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+def verdict(diffs):
+    """The rule: a finding when |mean| > 2 standard errors, over at least 3 seeds."""
+    mean, se = stats(diffs)
+    if len(diffs) < 3:
+        return f"not established ({len(diffs)} seeds)"
+    return ("**finding**" if abs(mean) > 2 * se else "not established") + f" ({mean / se:+.1f} SE)"
+
+def paired(runs, a, b, value):
+    """[a minus b, seed by seed, of value(run)] for the seeds both have."""
+    a, b = runs.get(a, {}), runs.get(b, {})
+    return [value(a[s]) - value(b[s]) for s in sorted(set(a) & set(b))]
+
+def table(header, rows):
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + ' --- |' * len(header)]
+    return '\n'.join(lines + ['| ' + ' | '.join(map(str, row)) + ' |' for row in rows]) + '\n'
+
+def differences(named):  # [(what, [diff per seed])] -> a table with the verdicts
+    return table(['difference', 'mean ± SE', 'verdict'],
+                 [[what, pm(d), verdict(d)] for what, d in named if d])
+
+def envelope(run):
+    """The run's own fixed-depth curve made monotone in compute: FLOPs -> the best NLL at that
+    compute or less (a running minimum), interpolated between whole depths."""
+    fixed = run['val']['fixed']
+    x = [p['flops'] for p in fixed]
+    y = np.minimum.accumulate([p['nll'] for p in fixed])
+    return lambda flops: float(np.interp(flops, x, y))
+
+def at(k):  # the val NLL of a run at fixed depth k
+    return lambda run: next(p['nll'] for p in run['val']['fixed'] if p['t'] == k)
+
+def trained(run):  # ... at the depth it trained at (ACT: the gate's)
+    return (run['val'].get('ACT') or run['val']['fixed'])[-1]['nll']
+
+def k1_penalty(run):  # how much worse one iteration is than the best depth
+    return at(1)(run) - min(p['nll'] for p in run['val']['fixed'])
+
+def policy_rows(runs, name, policy, base=None):
+    """One row per threshold: compute, depth and NLL over the seeds, and the NLL minus the base
+    model's own envelope at the same compute, seed by seed (< 0: the policy beats uniform depth)."""
+    per_seed = {s: r['val'][policy] for s, r in runs[name].items() if policy in r['val']}
+    rows = []
+    for i, first in enumerate(next(iter(per_seed.values()), [])):
+        points = {s: p[i] for s, p in per_seed.items()}
+        diffs = [p['nll'] - envelope(runs[base or name][s])(p['flops']) for s, p in points.items()]
+        column = lambda key, scale=1: [p[key] / scale for p in points.values()]
+        rows.append([name, policy, first['t'], pm(column('flops', 1e6), 2),
+                     pm(column('depth'), 2), pm(column('nll')), pm(diffs), verdict(diffs)])
+    return rows
+
+def tradeoff(runs, names):
+    ks = [1, 2, 4, 8, 12]
+    out = ["## 1-2. The trade-off law: val NLL at fixed depth k\n",
+           table(['model', *[f'k={k}' for k in ks], 'k=1 minus best'],
+                 [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks],
+                   pm([k1_penalty(r) for r in runs[n].values()])] for n in names]),
+           differences([('single minus multi: the k=1 penalty', paired(runs, 'single', 'multi',
+                                                                       k1_penalty)),
+                        ('single minus multi: NLL at k=1', paired(runs, 'single', 'multi', at(1))),
+                        ('single minus multi: NLL at k=12', paired(runs, 'single', 'multi',
+                                                                   at(12)))]),
+           "\nConfidence and the fixed point against k: the mean top probability and the mean "
+           "relative residual |z_k - z_(k-1)| / |z_(k-1)| of the last step, at each fixed depth:\n"]
+    rows = [[n, k, pm([at(k)(r) for r in runs[n].values()]),
+             pm([r['val']['fixed'][k - 1]['maxprob'] for r in runs[n].values()]),
+             pm([r['val']['fixed'][k - 1]['resid'] for r in runs[n].values()], 4)]
+            for n in names[:2] for k in range(1, 13)]
+    return '\n'.join(out + [table(['model', 'k', 'NLL', 'mean maxprob', 'mean residual'], rows)])
+
+EXIT_HEADER = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minus own envelope',
+               'verdict']
+
+def exits(runs, names):
+    policies = ['frozen maxprob', 'selection maxprob', 'frozen resid', 'selection resid',
+                'frozen learned', 'oracle']
+    out = ["## 3, 9. Per-token depth against the model's own uniform depth, in FLOPs per token\n",
+           table(EXIT_HEADER, [row for n in names for policy in policies
+                               for row in policy_rows(runs, n, policy)]),
+           "\nACT, against the envelope of the single-depth model of the same seed (its shape):\n",
+           table(EXIT_HEADER, [row for n in ACT_MODELS if runs.get(n)
+                               for row in policy_rows(runs, n, 'ACT', base='single')]),
+           "\nThe best envelope across the fixed-depth models (per seed, the lowest there):\n"]
+    best = []
+    for p in next(iter(runs['single'].values()))['val']['fixed']:
+        per_seed = [min(envelope(runs[n][s])(p['flops']) for n in names if s in runs[n])
+                    for s in sorted(runs['single'])]
+        best.append([p['t'], f"{p['flops'] / 1e6:.2f}", pm(per_seed)])
+    return '\n'.join(out + [table(['depth', 'MFLOP/token', 'best NLL'], best)])
+
+def training(runs, names):
+    alphas = lambda n: ' / '.join(pm(a) for a in zip(*[r['alphas'] for r in runs[n].values()]))
+    rows = [[n, pm([trained(r) for r in runs[n].values()]),
+             f"{next(iter(runs[n].values()))['train_flops'] / 1e6:.2f}", alphas(n)] for n in names]
+    return '\n'.join([
+        "## 4. Phantom gradient, 6. multi-sandwich: val NLL at the trained depth\n",
+        table(['model', 'val NLL', 'training MFLOP/token', 'alphas'], rows),
+        differences([('phantom minus single', paired(runs, 'phantom', 'single', trained)),
+                     ('sandwich3 minus single', paired(runs, 'sandwich3', 'single', trained)),
+                     ('single minus plain', paired(runs, 'single', 'plain', trained))])])
+
+def documents(runs, names):
+    suffix = lambda key: lambda r: r['docs']['suffix'][key]
+    rows = [[n, pm([suffix('masked')(r) for r in runs[n].values()]),
+             pm([suffix('unmasked')(r) for r in runs[n].values()]),
+             f"{next(iter(runs[n].values()))['docs']['suffix']['pad_fraction']:.1%}",
+             *[pm([r['docs']['probes'][p] or 0 for r in runs[n].values()], 2) for p in PROBES]]
+            for n in names]
+    return '\n'.join([
+        "## 5. Padding, and 6b. the probes (Pearson r with the NLL), on the held-out documents\n",
+        table(['model', 'suffix masked', 'suffix unmasked', 'pad', *PROBES], rows)])
+
+def act_depths(runs, names):
+    out = ["## 7. ACT: loop depth per topic and per character class\n"]
+    for n in names:
+        per_seed = list(runs[n].values())
+        groups = [(g, t) for g in ('topics', 'classes') for t in per_seed[0]['docs'][g]]
+        value = lambda r, g, t, key: r['docs'][g][t][key]
+        out.append(f"`{n}` (halt_penalty {n.split('-')[1]}):\n")
+        out.append(table(['', *[t for _, t in groups]], [
+            ['mean depth', *[pm([value(r, g, t, 'mean_depth') for r in per_seed], 2)
+                             for g, t in groups]],
+            ['NLL', *[pm([value(r, g, t, 'nll') for r in per_seed]) for g, t in groups]],
+            ['tokens', *[value(per_seed[0], g, t, 'tokens') for g, t in groups]]]))
+        depth = lambda r, t, g='topics': value(r, g, t, 'mean_depth')
+        topics = list(per_seed[0]['docs']['topics'])
+        mean = {t: np.mean([depth(r, t) for r in per_seed]) for t in topics}
+        hi, lo = max(mean, key=mean.get), min(mean, key=mean.get)  # (picked after the fact)
+        out.append(differences([
+            (f"{hi} minus {lo} (the deepest and shallowest topic on average)",
+             [depth(r, hi) - depth(r, lo) for r in per_seed]),
+            ('digits minus letters', [depth(r, 'digits', 'classes') - depth(r, 'letters', 'classes')
+                                      for r in per_seed])]))
+        orders = [' > '.join(sorted(topics, key=lambda t: -depth(r, t))) for r in per_seed]
+        out.append(f"Topics by depth, seed by seed: {'; '.join(orders)}\n")
+    return '\n'.join(out)
+
+def sft(runs, names):
+    value = lambda key: lambda r: r['sft'][key]
+    first = next(iter(runs[names[0]].values()))['sft']
+    metrics = [('answers (masked)', value('answer')), ('answers + pad', value('with_pad')),
+               ('suffix masked', lambda r: r['sft']['suffix']['masked']),
+               ('suffix unmasked', lambda r: r['sft']['suffix']['unmasked']),
+               ('topics docs, real tokens', lambda r: r['docs']['nll'])]
+    ranks = [[s, what, ' < '.join(sorted(names, key=lambda n: f(runs[n][s])))]
+             for s in sorted(runs[names[0]]) for what, f in metrics[:2]]
+    topics = metrics[4][1]
+    return '\n'.join([
+        "## 8. SFT on held-out samples, and the ranking flip\n",
+        f"The held-out SFT samples: {first['answer_tokens']:,} answer tokens (answers and their "
+        f"EOT), {first['with_pad_tokens']:,} with the padding after them; the paper's suffix "
+        f"(targets 96..127) holds {first['suffix_tokens']:,} real tokens "
+        f"({first['suffix']['pad_fraction']:.1%} of it is pad).\n",
+        table(['model', *[what for what, _ in metrics]],
+              [[n, *[pm([f(r) for r in runs[n].values()]) for _, f in metrics]] for n in names]),
+        table(['seed', 'ranked by', 'models, best first'], ranks),
+        differences([
+            ('SFT cost on topics: sft minus single', paired(runs, 'sft', 'single', topics)),
+            ('SFT cost on topics: plain-sft minus plain', paired(runs, 'plain-sft', 'plain',
+                                                                 topics)),
+            ('tied minus plain, PT, topics', paired(runs, 'single', 'plain', topics)),
+            ('tied minus plain, SFT answers', paired(runs, 'sft', 'plain-sft', value('answer'))),
+            ('tied minus plain, SFT answers + pad', paired(runs, 'sft', 'plain-sft',
+                                                           value('with_pad'))),
+            ('pad-trained minus pad-ignored, answers', paired(runs, 'sft', 'sft-nopad',
+                                                              value('answer'))),
+            ('pad-trained minus pad-ignored, answers + pad', paired(runs, 'sft', 'sft-nopad',
+                                                                    value('with_pad')))])])
+
+def findings(runs):
+    """-> the findings page (markdown): every table, from the measured runs."""
+    have = lambda names: [n for n in names if runs.get(n)]
+    seeds = sorted({s for per in runs.values() for s in per})
+    parts = [f"# The seeded findings\n\nWritten by `python frontier.py --results={results}` from "
+             f"`{results}/runs/*.json`, seeds {', '.join(map(str, seeds))}. A cell is the mean ± "
+             "the standard error over the seeds; a difference is a **finding** when its mean "
+             "exceeds twice its standard error (paired by seed), else *not established*; (+x SE) "
+             "is the mean over its standard error.\n"]
+    if runs.get('single'):
+        parts += [tradeoff(runs, have(FIXED_MODELS)), exits(runs, have(FIXED_MODELS))]
+    parts += [training(runs, have(PT_MODELS)), documents(runs, have(PT_MODELS)),
+              act_depths(runs, have(ACT_MODELS))]
+    if have(SFT_MODELS) == SFT_MODELS:
+        parts.append(sft(runs, SFT_MODELS))
+    return '\n'.join(parts)
+
+# ----------------------------------------------------------------------------- the chart
+def mean_points(runs, name, policy):  # [(MFLOP, NLL)] of a policy, each the mean over the seeds
+    per_seed = [r['val'][policy] for r in runs[name].values() if policy in r['val']]
+    return [(np.mean([p[i]['flops'] for p in per_seed]) / 1e6,
+             np.mean([p[i]['nll'] for p in per_seed])) for i in range(len(per_seed[0]))]
+
+def chart(runs):
+    """One chart per fixed-depth model: its fixed depths, exits and oracle; then ACT's points
+    beside the single-depth model's fixed depths. x: forward MFLOP per token."""
+    series_of = {'fixed': 'black', 'frozen maxprob': 'crimson', 'frozen resid': 'darkorange',
+                 'frozen learned': 'seagreen', 'oracle': 'steelblue'}
     charts = []
-    for policy in ['frozen maxprob', 'selection maxprob', 'frozen resid', 'selection resid', 'ACT']:
-        series = [('best fixed depth', 'black', envelope)]
-        for i, (name, per_policy) in enumerate(table.items()):
-            if policy in per_policy:
-                series.append((name, COLOURS[i], [(d, n) for _, d, n in per_policy[policy]]))
-        if policy == 'ACT':  # one point a model: one line through the three penalties
-            points = [point for _, _, model_points in series[1:] for point in model_points]
-            series = series[:1] + [('ACT', 'purple', points)]
-        charts.append(ev.svg_chart(f"{policy}: val NLL against mean depth", series))
-    svg = ''.join(f'<g transform="translate(0,{ev.CHART_H * i})">{c}</g>'
-                  for i, c in enumerate(charts))
-    with open(os.path.join(results, 'frontier.svg'), 'w') as f:
-        f.write(f'<svg xmlns="http://www.w3.org/2000/svg" width="{ev.CHART_W}" '
-                f'height="{ev.CHART_H * len(charts)}">{svg}</svg>\n')
-    with open(os.path.join(results, 'frontier.json'), 'w') as f:
-        json.dump(table, f, indent=1)
-    print('\n'.join(rows))
-    print(f"wrote {results}/frontier.md, frontier.svg and frontier.json")
+    for n in [n for n in FIXED_MODELS if runs.get(n)]:
+        series = [(policy, colour, mean_points(runs, n, policy))
+                  for policy, colour in series_of.items()
+                  if policy in next(iter(runs[n].values()))['val']]
+        charts.append(ev.svg_chart(f"{n}: val NLL against compute (mean of the seeds)", series,
+                                   xlabel='forward MFLOP per token'))
+    act = [p for n in ACT_MODELS if runs.get(n) for p in mean_points(runs, n, 'ACT')]
+    if act and runs.get('single'):
+        charts.append(ev.svg_chart("ACT at three penalties, beside single's fixed depths",
+                                   [('single: fixed', 'black',
+                                     mean_points(runs, 'single', 'fixed')),
+                                    ('ACT', 'purple', act)], xlabel='forward MFLOP per token'))
+    body = ''.join(f'<g transform="translate(0,{ev.CHART_H * i})">{c}</g>'
+                   for i, c in enumerate(charts))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{ev.CHART_W}" '
+            f'height="{ev.CHART_H * len(charts)}">{body}</svg>\n')
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    check_output(os.path.join(results, 'frontier.json'), 'results')  # before hours of training
+    check_output(os.path.join(results, 'findings.md'), 'results')  # before hours of training
     os.makedirs(results, exist_ok=True)
-    table = {}
-    for name, (out_dir, args) in MODELS.items():
-        train(out_dir, args)
-        model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-        model.eval()
-        val = load_tokens(os.path.join('data', ckpt['config']['dataset']), 'val')
-        rows = ev.val_rows(val, model.config.block_size, eval_iters * batch_size, seed=1337)
-        table[name] = policies(model, rows)
-        print(f"measured {name}", flush=True)
-    write(table)
+    for data_dir in (TOPICS, SFT):  # before hours of training: is the data there? (else: how)
+        load_meta(data_dir)
+    names = models.split(',') if models else list(MODELS)
+    measured = {name: {} for name in names}  # name -> seed -> measurements
+    for seed in seeds:
+        for name in names:
+            train(name, seed)
+            measured[name][seed] = measure(name, seed)
+    for name, text in (('findings.md', findings(measured)), ('frontier.svg', chart(measured))):
+        with open(os.path.join(results, name), 'w') as f:
+            f.write(text)
+    print(f"wrote {results}/findings.md and frontier.svg")

@@ -29,6 +29,8 @@ class GPTConfig:
     supervise: tuple = ()       # global depths where the loss is also taken (multi-depth)
     act: bool = False           # per-token ACT halting gate
     halt_penalty: float = 0.01
+    exit_gate: bool = False     # a learned exit distribution over the supervised depths (Ouro)
+    exit_beta: float = 0.05     # its entropy bonus: keeps the distribution from collapsing
     dropout: float = 0.0
     bias: bool = False
 
@@ -43,7 +45,8 @@ class GPTConfig:
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
-         'not (act and phantom)', 'not (act and supervise)']
+         'not (act and phantom)', 'not (act and supervise)', 'exit_beta >= 0',
+         'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)']
 
 class KVCache:
     """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
@@ -231,6 +234,50 @@ class Loop(nn.Module):
         cache.skip(segment, i + 1, k, 1)
         return z, Run(i + 1, resid, moved, [])
 
+class ExitGate(nn.Module):
+    """Ouro's learned exit (PonderNet's, with a uniform prior in place of a geometric one). At each
+    supervised depth t but the last a gate gives each token lambda_t = sigmoid(w . z_t + b), the
+    chance to stop there if it has not stopped before, so the exit distribution is
+        p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
+    Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth supervision).
+    Inference (stop_rule): a token stops at the first depth where sum_(j<=t) p_j reaches q."""
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.gate = nn.Linear(c.n_embd, 1)  # zeros: lambda = 0.5 everywhere at the start
+        nn.init.zeros_(self.gate.weight)
+        nn.init.zeros_(self.gate.bias)
+
+    def lam(self, z):
+        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
+
+    def distribution(self, states):
+        """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
+        p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
+        for z in states:
+            lam = self.lam(z)
+            p.append(survive * lam)
+            survive = survive * (1 - lam)
+        return torch.stack(p + [survive])
+
+    def loss(self, states, nlls, mask):
+        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets."""
+        p = self.distribution(states)
+        expected = (p * nlls).sum(0)
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
+        return ((expected - self.c.exit_beta * entropy) * mask).sum() / mask.sum()
+
+    def stop_rule(self, q, z):
+        """-> a stop rule for the loop: after each supervised depth, stop once 1 - the chance of
+        running on (prod of 1 - lambda so far) reaches q."""
+        survive = [torch.ones(z.shape[:2], device=z.device)]
+        def stop(i, z, **_):
+            if i + 1 not in self.c.supervise:  # no gate between supervised depths
+                return torch.zeros_like(survive[0], dtype=torch.bool)
+            survive[0] = survive[0] * (1 - self.lam(z))
+            return 1 - survive[0] >= q
+        return stop
+
 class Halting:
     """Graves' ACT for one run of a tied segment, as a stop rule. After step i the gate gives each
     running token a halting probability h; it halts once their sum reaches 1 - eps (or at the
@@ -271,13 +318,14 @@ class GPT(nn.Module):
         self.prelude = nn.ModuleList(Block(c) for _ in range(c.n_prelude))
         self.segments = nn.ModuleList(Loop(c) for _ in c.loops)
         self.coda = nn.ModuleList(Block(c) for _ in range(c.n_coda))
+        self.exit_gate = ExitGate(c) if c.exit_gate else None
         self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying
         # GPT-2 init; residual projections scaled down by the number of distinct layers
         proj_std = 0.02 / math.sqrt(2 * max(c.n_prelude + len(c.loops) + c.n_coda, 1))
         for name, p in self.named_parameters():
-            if 'gate' in name:  # the ACT gate keeps its own init
+            if 'gate' in name:  # the ACT gate and the exit gate keep their own init
                 continue
             if p.dim() >= 2:
                 nn.init.normal_(p, 0.0, proj_std if name.endswith('proj.weight') else 0.02)
@@ -334,11 +382,15 @@ class GPT(nn.Module):
             # multi-depth supervision: the loss also at each depth d in supervise (states counted
             # across the segments in order), the training loss their mean
             states = [state for run in runs for state in run.states]
-            for d in self.config.supervise:
-                if d < len(states):  # (d = the last depth is the final loss below)
-                    losses[d] = self.loss(self.readout(states[d - 1]), targets)
-            losses[sum(loops)] = self.loss(logits, targets)
+            depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
+            every = [self.readout(states[d - 1]) for d in depths] + [logits]
+            for d, d_logits in zip(depths + [sum(loops)], every):
+                losses[d] = self.loss(d_logits, targets)
             loss = sum(losses.values()) / len(losses)
+            if self.exit_gate is not None and self.training:  # the exit distribution's loss
+                nlls = torch.stack([self.loss(d_logits, targets, 'none') for d_logits in every])
+                gated = [states[d - 1] for d in depths]
+                loss = self.exit_gate.loss(gated, nlls.view(-1, B, T), targets != -1)
         ponder = ponder.mean() if self.config.act else None  # ACT: mean ponder cost per token
         if self.config.act and targets is not None:
             loss = loss + self.config.halt_penalty * ponder
@@ -358,14 +410,15 @@ class GPT(nn.Module):
             z = block(z, cache, ('coda', j) if check is None else (*check, 'coda', j))
         return self.head(self.ln_f(z))
 
-    def loss(self, logits, targets):
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1)
+    def loss(self, logits, targets, reduction='mean'):
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1,
+                               reduction=reduction)
 
     def stop_rule(self, exit, segment, k, z, cache=None):
         """How segment's loop decides each token's depth: None (every token runs k), the ACT gate
-        (Halting), or a post-hoc exit: 'maxprob' stops a token once its readout's top
-        probability reaches t; 'resid' once its relative residual is below t; 'depth' (training
-        at per-token random depth) after t (B, T) steps."""
+        (Halting), or an exit: 'maxprob' stops a token once its readout's top probability
+        reaches t; 'resid' once its relative residual is below t; 'learned' once the exit
+        distribution's cumulative probability reaches t (ExitGate)."""
         if self.config.act:
             return Halting(self.segments[segment].gate, z, k)
         if exit is None:
@@ -373,10 +426,11 @@ class GPT(nn.Module):
         kind, t = exit
         if kind == 'resid':
             return lambda resid, **_: resid < t
-        if kind == 'depth':
-            return lambda i, **_: i + 1 >= t
+        if kind == 'learned' and self.exit_gate is not None:
+            return self.exit_gate.stop_rule(t, z)
         if kind != 'maxprob':
-            raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or ('depth', t)")
+            raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
+                             "gate, ('learned', q)")
         def confident(i, z, **_):
             probs = self.readout(z, cache, (segment, i)).float().softmax(-1)
             return probs.amax(-1) >= t
@@ -473,9 +527,9 @@ def parse_exit(s):
     """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate."""
     kind, _, t = s.partition(':')
     try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
-        if kind in ('maxprob', 'resid') and float(t) >= 0:
+        if kind in ('maxprob', 'resid', 'learned') and float(t) >= 0:
             return kind, float(t)
     except ValueError:  # not a number: the error below
         pass
-    raise ValueError(f"exit_at={s!r}: write 'maxprob:THRESHOLD' or 'resid:THRESHOLD', THRESHOLD "
-                     ">= 0, e.g. 'maxprob:0.9'")
+    raise ValueError(f"exit_at={s!r}: write 'maxprob:T', 'resid:T' or 'learned:T', T >= 0, "
+                     "e.g. 'maxprob:0.9'")

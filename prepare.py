@@ -230,7 +230,9 @@ DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPE
             'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
 def held_and_kept(name):  # -> (held (topic, doc) for eval.jsonl, kept docs in order)
-    held, kept = [], []  # a doc: a text, or (prompt, answer) for sft
+    if name == 'sft':  # a doc: a text, or (prompt, answer) for sft
+        return sft_split()
+    held, kept = [], []
     for topic, source in DATASETS[name].items():
         docs = list(dict.fromkeys(d for d in source() if ''.join(d).strip()))  # once: none in both
         n_held = min(eval_docs, len(docs) // 2)  # at random, but the same on every run
@@ -239,6 +241,29 @@ def held_and_kept(name):  # -> (held (topic, doc) for eval.jsonl, kept docs in o
         kept += [d for i, d in enumerate(docs) if i not in out]
         print(f"{topic:>11}: kept {len(docs) - n_held:,} docs, held out {n_held:,}")
     return held, kept
+
+def sft_split():
+    """SFT samples are held out where they come from: a sample of a document that topics holds out
+    (so no model met it in pre-training), unless pre-training has the same text elsewhere or a
+    kept sample has its prompt or its answer (DailyDialog repeats 'Thank you.' in many of them)."""
+    held_docs, kept_docs = held_and_kept('topics')
+    held_docs = {doc for _, doc in held_docs}
+    turns = lambda docs: {pair for d in docs for pair in itertools.pairwise(d.split('\n'))}
+    held_turns, kept_turns, kept_docs = turns(held_docs), turns(kept_docs), set(kept_docs)
+    held, kept = [], []
+    for topic, source in DATASETS['sft'].items():
+        for pair in dict.fromkeys(p for p in source() if ''.join(p).strip()):
+            doc = '\n'.join(part for part in pair if part.strip())  # as topics joins it
+            in_held = pair in held_turns or doc in held_docs
+            if pair in kept_turns or doc in kept_docs or not in_held:  # in pre-training
+                kept.append(pair)
+            else:
+                held.append((topic, pair))
+    kept_texts = {text for pair in kept for text in pair}
+    unique = [(topic, pair) for topic, pair in held if not kept_texts & set(pair)]
+    print(f"held out {len(unique):,} samples of topics' held-out documents (dropped "
+          f"{len(held) - len(unique):,} that share a prompt or answer with the {len(kept):,} kept)")
+    return unique, kept
 
 def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: one a row)
     encode, _, eot = get_tokenizer(tokenizer)

@@ -46,11 +46,11 @@ phantom_steps = 1
 supervise = ()  # multi-depth supervision: the global depths where the loss is also taken
 act = False  # the ACT halting gate, its ponder cost weighed by halt_penalty
 halt_penalty = 0.01
+exit_gate = False  # a learned exit distribution over the supervised depths (Ouro), entropy bonus:
+exit_beta = 0.05
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
-random_depth = False  # Huginn-style: each step trains at depths drawn around `loops`
-token_depth = False  # each token trains at its own depth, 1..loops, its state frozen after it
 gradient_accumulation_steps = 1  # global: divided among DDP processes
 batch_size = 32
 # AdamW and the learning-rate schedule
@@ -77,8 +77,7 @@ _valid = RULES + ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_int
                   'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                   'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
                   'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-                  "dtype in ('', 'float32', 'bfloat16')",
-                  'not token_depth or len(loops) == 1 and not (act or random_depth)']
+                  "dtype in ('', 'float32', 'bfloat16')", '0 <= seed < 2**24']
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -234,14 +233,6 @@ def get_lr(it):  # linear warmup, then cosine decay to min_lr
     ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
-def sample_depths(gen):
-    """Huginn's log-normal Poisson: per segment k ~ 1 + Poisson(mean * exp(N(-s^2/2, s))), s = 0.5,
-    capped at 2 * mean, so every depth is trained."""
-    noise = [math.exp(0.5 * torch.randn((), generator=gen).item() - 0.125) for _ in gptconf.loops]
-    rates = [k * n for k, n in zip(gptconf.loops, noise)]
-    draws = torch.poisson(torch.tensor(rates), generator=gen)
-    return tuple(min(2 * k, 1 + int(d)) for k, d in zip(gptconf.loops, draws))
-
 def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
@@ -268,10 +259,8 @@ def request_stop(signum, frame):
         print(f"\nstopping: finishing this step, then saving {ckpt_path} (again: stop at once)",
               flush=True)
 
-def log_line(lossf, info, n_loops, lr, dt):
+def log_line(lossf, info, lr, dt):
     parts = [f"iter {iter_num}: loss {lossf:.4f}"]
-    if random_depth:
-        parts.append(f"k {n_loops}")
     if len(info['losses']) > 1:  # multi-depth supervision: the loss at each supervised depth
         depths = [f"k{k}:{v.item():.3f}" for k, v in info['losses'].items()]
         parts.append("depths " + " ".join(depths))
@@ -312,22 +301,20 @@ while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
         group['lr'] = lr
-    # a step's randomness depends on (seed, iter_num, rank) only: a resumed run is bitwise the same
-    gen = torch.Generator().manual_seed(seed + 1 + iter_num)  # batch and depth: alike on all ranks
-    torch.manual_seed(seed + 1 + iter_num + (rank << 32))  # dropout: each rank its own
-    n_loops = sample_depths(gen) if random_depth else None
+    # a step's randomness depends on (seed, iter_num, rank) only: a resumed run is bitwise the same,
+    # and two seeds share no batch (with seed + iter_num, seed 2 would replay seed 1 a step later)
+    step_seed = (seed << 32) + iter_num
+    gen = torch.Generator().manual_seed(step_seed)  # the batch: alike on all ranks
+    torch.manual_seed(step_seed + (rank << 56))  # dropout: each rank its own
     # the global batch: gradient_accumulation_steps * world rows of positions; this rank's share
     ix = draw(train_data, (gradient_accumulation_steps * world, batch_size), gen)
     mine = slice(rank * gradient_accumulation_steps, (rank + 1) * gradient_accumulation_steps)
-    if token_depth:  # every token of the global batch its own depth, 1..loops
-        depths = torch.randint(1, gptconf.loops[0] + 1, (*ix.shape, block_size), generator=gen)
     loss_sum = torch.zeros((), device=device)
     for micro_step, rows in enumerate(ix[mine]):
         if ddp:  # sync gradients only on the last micro step
             model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
-        exit = ('depth', depths[mine][micro_step].to(device)) if token_depth else None
         with ctx:
-            _, loss, info = model(*get_batch(train_data, rows), n_loops=n_loops, exit=exit)
+            _, loss, info = model(*get_batch(train_data, rows))
         loss = loss / gradient_accumulation_steps
         loss.backward()
         loss_sum += loss.detach()
@@ -348,7 +335,7 @@ while iter_num < max_iters:
     if master and (iter_num % log_interval == 0 or iter_num == 1):
         steps = log_interval if iter_num > 1 else 1
         dt, t0 = (time.time() - t0) / steps, time.time()
-        print(log_line(lossf, info, n_loops, lr, dt))
+        print(log_line(lossf, info, lr, dt))
     if master and stopping:
         save_checkpoint()
     elif master and (iter_num % eval_interval == 0 or iter_num == max_iters):

@@ -1,12 +1,63 @@
-"""frontier.py: the selection exit on a hand-made case, a run that stopped early, and the whole
-command on tiny models."""
-import json, re, subprocess
+"""frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
+oracle, the monotone envelope and the verdict rule on hand-made cases; a run that stopped early;
+and the whole command on tiny models, whose rerun trains nothing and writes the same tables."""
+import json, subprocess
 
+import numpy as np
 import pytest
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 from harness import ENV, make_data, ok, run
 import frontier
+from model import GPT, GPTConfig
+
+
+def counted(model, idx, **kw):
+    """The forward FLOPs per token that torch counts. (Attention by the math backend, two matmuls:
+    FlopCounterMode has no formula for the CPU's fused kernel, and counts it as 0.)"""
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as f:
+        model(idx, **kw)
+    return f.get_total_flops() / idx.numel()
+
+
+@pytest.mark.parametrize('shape', [dict(n_prelude=2, loops=(5,), n_coda=2),
+                                   dict(n_prelude=1, loops=(2, 3), n_coda=1)])
+def test_flops_per_token_match_flop_counter_mode(shape):
+    torch.manual_seed(0)
+    c = GPTConfig(block_size=16, vocab_size=57, n_embd=32, n_head=4, **shape)
+    model, K = GPT(c).eval(), sum(c.loops)
+    idx = torch.randint(0, 57, (2, 16))
+    assert counted(model, idx) == frontier.flops(c, 16, K)  # every block, one readout
+    assert counted(model, idx, n_loops=1) == frontier.flops(c, 16, len(c.loops))
+    # a maxprob exit that never fires: every iteration runs its check (a readout) and continues
+    assert counted(model, idx, exit=('maxprob', 2.0)) == frontier.flops(c, 16, K, readouts=K + 1)
+    assert counted(model, idx, exit=('resid', 0.0)) == frontier.flops(c, 16, K)  # no matmul
+
+
+def test_act_and_exit_gate_flops_count_their_gates():
+    torch.manual_seed(0)
+    c = GPTConfig(block_size=16, vocab_size=57, n_embd=32, n_head=4, loops=(4,), act=True)
+    idx = torch.randint(0, 57, (2, 16))
+    # a fresh gate halts no token before the last step (h = 0.047 a step): a gate at each step
+    assert counted(GPT(c).eval(), idx) == frontier.flops(c, 16, 4, readouts=1, gates=4)
+    c = GPTConfig(block_size=16, vocab_size=57, n_embd=32, n_head=4, loops=(4,), supervise=(1, 2),
+                  exit_gate=True)
+    model = GPT(c).eval()
+    exact = counted(model, idx, exit=('learned', 1.0))  # never stops early: gates at depths 1, 2
+    assert exact == frontier.flops(c, 16, 4) + 2 * 2 * 32
+    assert frontier.flops(c, 16, 4, gates=4) >= exact  # one a step: an upper bound
+
+
+def test_training_flops_count_the_supervised_readouts_and_phantoms_forward_only_steps():
+    c = GPTConfig(block_size=16, vocab_size=57, n_embd=32, n_head=4, loops=(6,))
+    block = frontier.block_flops(c, 16)
+    readout = frontier.flops(c, 16, 0) - c.n_prelude * block
+    multi = GPTConfig(**{**vars(c), 'supervise': (1, 2, 6)})
+    assert frontier.train_flops(multi, 16) - frontier.train_flops(c, 16) == 3 * 2 * readout
+    phantom = GPTConfig(**{**vars(c), 'phantom': True, 'phantom_steps': 1})
+    assert frontier.train_flops(c, 16) - frontier.train_flops(phantom, 16) == 2 * 5 * block
 
 
 def test_selection_picks_each_tokens_first_confident_depth():
@@ -21,26 +72,81 @@ def test_selection_picks_each_tokens_first_confident_depth():
     assert torch.allclose(chosen, torch.tensor([2.5, 2.0, 0.2, 2.0]))
 
 
-def test_frontier_command_on_tiny_models(tmp_path):
+def test_oracle_sees_the_target_and_pays_for_compute(monkeypatch):
+    nll = torch.tensor([[3.0, 1.0],   # depth 1
+                        [1.0, 0.9]])  # depth 2
+    monkeypatch.setattr(frontier, 'LAMBDAS', (0, 1.5, 100))
+    free, priced, dear = frontier.oracle(nll, [1e6, 2e6])  # 1 and 2 MFLOP a token
+    assert free['nll'] == pytest.approx(0.95) and free['depth'] == 2  # each token its best depth
+    # at 1.5 nats per MFLOP, token 1 still pays for depth 2 (it gains 2 nats), token 2 does not
+    assert priced['nll'] == pytest.approx(1.0) and priced['depth'] == 1.5
+    assert priced['flops'] == pytest.approx(1.5e6)
+    assert dear['depth'] == 1 and dear['nll'] == pytest.approx(2.0)
+
+
+def test_envelope_is_monotone_in_compute():
+    run = {'val': {'fixed': [dict(flops=1.0, nll=2.0), dict(flops=2.0, nll=1.5),
+                             dict(flops=3.0, nll=1.8)]}}  # deeper got worse: the envelope keeps 1.5
+    env = frontier.envelope(run)
+    assert env(2.5) == 1.5 and env(3.0) == 1.5 and env(1.5) == pytest.approx(1.75)
+
+
+def test_verdict_needs_three_seeds_and_twice_the_standard_error():
+    assert frontier.verdict([0.10, 0.11, 0.09]).startswith('**finding**')
+    assert frontier.verdict([0.10, -0.08, 0.02]).startswith('not established')
+    assert frontier.verdict([0.10, 0.11]) == 'not established (2 seeds)'
+    mean, se = frontier.stats([1.0, 2.0, 3.0])
+    assert mean == 2.0 and se == pytest.approx(1 / np.sqrt(3))
+
+
+def make_sft_data(root):
+    """data/sft_byte/ as prepare.py writes it: rows of 33 tokens, and held-out samples."""
+    d = root / 'data' / 'sft_byte'
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    rows = np.full((40, 33), 256, np.uint16)
+    for row in rows:
+        p, a = rng.integers(97, 123, rng.integers(3, 10)), rng.integers(48, 58, rng.integers(2, 8))
+        row[:len(p)], row[len(p) + 1:len(p) + 1 + len(a)] = p, a
+    rows[:32].tofile(d / 'train.bin')
+    rows[32:].tofile(d / 'val.bin')
+    meta = {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16', 'row': 33}
+    (d / 'meta.json').write_text(json.dumps(meta))
+    samples = [('hi there', 'yo 42'), ('how are you today', 'fine thanks')]
+    (d / 'eval.jsonl').write_text(''.join(json.dumps({'topic': 'dialogue', 'text': p, 'answer': a})
+                                          + '\n' for p, a in samples))
+
+
+def test_campaign_on_tiny_models(tmp_path):
     make_data(tmp_path, 'topics_byte')
-    quick = '--max_iters=2 --eval_interval=2 --n_embd=16 --block_size=32 --batch_size=2 --eval_iters=1 --device=cpu'
-    r = run(tmp_path, 'frontier.py', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4')
-    out = ok(r)
-    assert out.count('training out-cpu-') == 7  # every model, trained once
-    assert not (tmp_path / 'results').exists()  # results/frontier/ is written only when asked
-    table = json.loads((tmp_path / 'out-frontier' / 'frontier.json').read_text())
-    assert set(table) == {'single-depth', 'multi-depth', 'random depth', 'per-token depth', 'ACT 0.001', 'ACT 0.003', 'ACT 0.01'}
-    single = table['single-depth']
-    assert [k for k, _, _ in single['fixed']] == list(range(1, 13))
-    for policy in ('frozen maxprob', 'selection maxprob', 'frozen resid', 'selection resid'):
-        assert all(1 <= depth <= 12 for _, depth, _ in single[policy]), policy
-    assert set(table['ACT 0.003']) == {'ACT'}
-    md = (tmp_path / 'out-frontier' / 'frontier.md').read_text()
-    assert md.count('\n') == 2 + sum(len(p) for m in table.values() for p in m.values())
+    make_sft_data(tmp_path)
+    quick = ('--max_iters=2 --eval_interval=2 --n_embd=16 --block_size=32 --batch_size=2 '
+             '--eval_iters=1 --device=cpu --warmup_iters=1 --lr_decay_iters=2')
+    args = ['--models=single,multi,act-0.003,exit-0.1,plain,sft,sft-nopad,plain-sft',
+            '--seeds=(1,2)', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4']
+    out = ok(run(tmp_path, 'frontier.py', *args))
+    assert out.count('training out-frontier/runs/') == 16  # each model, at each seed, once
+    assert not (tmp_path / 'results').exists()  # results/seeds/ is written only when asked
+    runs = tmp_path / 'out-frontier' / 'runs'
+    single = json.loads((runs / 'single-s2.json').read_text())
+    assert single['seed'] == 2 and [p['t'] for p in single['val']['fixed']] == list(range(1, 13))
+    assert {'frozen maxprob', 'selection resid', 'oracle'} <= set(single['val'])
+    assert 'frozen learned' in json.loads((runs / 'exit-0.1-s1.json').read_text())['val']
+    assert set(json.loads((runs / 'act-0.003-s1.json').read_text())['val']) == {'ACT'}
+    sft = json.loads((runs / 'sft-s1.json').read_text())['sft']
+    assert sft['answer_tokens'] == 5 + 1 + 11 + 1  # both answers, each with its EOT
+    s1 = torch.load(tmp_path / 'out-frontier/runs/single-s1/ckpt.pt', weights_only=True)
+    s2 = torch.load(tmp_path / 'out-frontier/runs/single-s2/ckpt.pt', weights_only=True)
+    assert s1['config']['seed'] == 1 and not torch.equal(s1['model']['wte.weight'],
+                                                         s2['model']['wte.weight'])
+    findings = (tmp_path / 'out-frontier' / 'findings.md').read_text()
+    assert '## 1-2. The trade-off law' in findings and 'not established (2 seeds)' in findings
+    assert '## 8. SFT on held-out samples' in findings
     svg = (tmp_path / 'out-frontier' / 'frontier.svg').read_text()
-    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and svg.count('<polyline') >= 5
-    again = ok(run(tmp_path, 'frontier.py', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4'))
-    assert 'training' not in again  # the models are there: measured, not trained again
+    assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and svg.count('<polyline') >= 8
+    again = ok(run(tmp_path, 'frontier.py', *args))
+    assert 'training' not in again and 'measured' not in again  # read from the files
+    assert (tmp_path / 'out-frontier' / 'findings.md').read_text() == findings
 
 
 @pytest.fixture
@@ -48,6 +154,7 @@ def trainer(tmp_path, monkeypatch):
     """frontier.train with train.py replaced: a stand-in records its arguments, exits with `rc`."""
     calls, rc = [], [0]
     monkeypatch.setattr(frontier, 'results', str(tmp_path))
+    monkeypatch.setattr(frontier, 'runs', str(tmp_path / 'runs'))
     def train_py(args, **kw):
         calls.append(args)
         return subprocess.CompletedProcess(args, rc[0])
@@ -56,24 +163,32 @@ def trainer(tmp_path, monkeypatch):
 
 
 def save_run(out_dir, iter_num, max_iters):  # the keys of a checkpoint that frontier.train reads
-    out_dir.mkdir()
+    out_dir.mkdir(parents=True)
     torch.save(dict(iter_num=iter_num, config=dict(max_iters=max_iters)), out_dir / 'ckpt.pt')
 
 
 def test_a_run_that_stopped_early_is_resumed_not_measured(trainer, tmp_path, capsys):
     calls, _ = trainer
-    save_run(tmp_path / 'half', 51, 1500)  # Ctrl-C at iter 51 of 1,500
-    frontier.train(str(tmp_path / 'half'), ['config/cpu_single.py'])
+    save_run(tmp_path / 'runs' / 'sft-s1', 51, 600)  # Ctrl-C at iter 51 of 600
+    frontier.train('sft', 1)
     assert len(calls) == 1 and calls[0][-1] == '--init_from=resume'
-    out = capsys.readouterr().out
-    assert f"resuming {tmp_path / 'half'} (it stopped at iter 51 of 1500)" in out
-    save_run(tmp_path / 'done', 1500, 1500)
-    frontier.train(str(tmp_path / 'done'), ['config/cpu_single.py'])
+    assert not any('--init_from=' in a and 'resume' not in a for a in calls[0])  # not fine-tuned anew
+    assert f"resuming {tmp_path / 'runs' / 'sft-s1'} (it stopped at iter 51 of 600)" in capsys.readouterr().out
+    save_run(tmp_path / 'runs' / 'single-s1', 750, 750)
+    frontier.train('single', 1)
     assert len(calls) == 1  # a finished run is measured as it is
+    frontier.train('sft', 2)
+    assert f"--init_from={tmp_path / 'runs' / 'single-s2'}" in calls[1]  # its own seed's PT run
+    assert '--seed=2' in calls[1]
 
 
 def test_a_failed_training_is_one_line(trainer, tmp_path):
     calls, rc = trainer
     rc[0] = 130  # stopped with Ctrl-C
-    with pytest.raises(ValueError, match=r'training .*new failed \(exit 130\): see .*_new\.log'):
-        frontier.train(str(tmp_path / 'new'), ['config/cpu_single.py'])
+    with pytest.raises(ValueError, match=r'training .*multi-s3 failed \(exit 130\): see .*multi-s3\.log'):
+        frontier.train('multi', 3)
+
+
+def test_unknown_model_is_a_one_line_error(tmp_path):
+    r = run(tmp_path, 'frontier.py', '--models=single,nope')
+    assert r.returncode == 1 and 'models' in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -641,6 +641,76 @@ def test_act_training_penalty_lowers_depth():
     assert low > 3.5 and high < 2.5, (high, low)
 
 
+# ---------------------------------------------------------------- 10b. the learned exit distribution (ExitGate)
+
+def exit_model(loops=(4,), supervise=(1, 2, 4), beta=0.1, seed=0, **kw):
+    return make(seed=seed, loops=loops, supervise=supervise, exit_gate=True, exit_beta=beta, **kw)
+
+
+def test_exit_distribution_sums_to_one_per_token():
+    m = exit_model()
+    with torch.no_grad():
+        m.exit_gate.gate.weight.normal_(0, 2.0)  # gates that differ from token to token
+    states = [torch.randn(2, 8, 16) for _ in range(2)]  # the gated depths 1 and 2 (4: the remainder)
+    p = m.exit_gate.distribution(states)
+    assert p.shape == (3, 2, 8) and (p >= 0).all()
+    assert torch.allclose(p.sum(0), torch.ones(2, 8))
+    lam = [torch.sigmoid(m.exit_gate.gate(z)).squeeze(-1) for z in states]
+    assert torch.allclose(p[1], (1 - lam[0]) * lam[1]) and torch.allclose(p[2], (1 - lam[0]) * (1 - lam[1]))
+
+
+def test_exit_loss_with_a_constant_gate_matches_a_hand_computation():
+    """lambda = sigmoid(b) everywhere: p = (l, (1-l) l, (1-l)^2), the loss sum_t p_t NLL_t - beta H(p)."""
+    m = exit_model(beta=0.1).train()
+    with torch.no_grad():
+        m.exit_gate.gate.bias.fill_(0.7)
+    idx, tgt = batch()
+    loss, info = m(idx, tgt)[1:]
+    l = torch.sigmoid(torch.tensor(0.7)).item()
+    p = [l, (1 - l) * l, (1 - l) ** 2]
+    with torch.no_grad():  # each supervised depth's per-token NLL, from the depth's own readout
+        nll = [F.cross_entropy(m(idx, n_loops=d)[0].flatten(0, 1), tgt.flatten(), reduction='none')
+               for d in (1, 2, 4)]
+    expected = sum(pt * n for pt, n in zip(p, nll)).mean().item()
+    entropy = -sum(pt * math.log(pt) for pt in p)
+    assert loss.item() == pytest.approx(expected - 0.1 * entropy, rel=1e-5)
+    assert sorted(info['losses']) == [1, 2, 4]  # the per-depth losses are still logged
+    loss.backward()
+    assert m.exit_gate.gate.bias.grad.abs() > 0  # the gate learns from the loss
+
+
+@pytest.mark.parametrize("q,depth", [(0.3, 1), (0.55, 1), (0.7, 2), (0.9, 4), (1.0, 4)])
+def test_learned_exit_stops_where_the_cumulative_probability_reaches_q(q, depth):
+    """lambda = 0.6 at each gate: the cumulative exit probability is 0.6 after depth 1, 0.84 after 2."""
+    m = exit_model().eval()
+    with torch.no_grad():
+        m.exit_gate.gate.bias.fill_(math.log(0.6 / 0.4))
+    with torch.no_grad():
+        info = m(batch()[0], exit=('learned', q))[2]
+    assert (info['depth'] == depth).all()
+
+
+def test_learned_exit_needs_a_gate_and_supervised_depths():
+    with pytest.raises(ValueError, match="exit"):
+        make()(batch()[0], exit=('learned', 0.5))
+    with pytest.raises(ValueError, match="exit_gate"):
+        cfg(exit_gate=True)  # no supervised depth to stop at
+    with pytest.raises(ValueError, match="exit_gate"):
+        cfg(exit_gate=True, loops=(2, 2), supervise=(1, 2))  # one segment only
+
+
+def test_exit_model_cached_decoding_matches_re_encoding():
+    m = exit_model(seed=3).eval()
+    with torch.no_grad():
+        m.exit_gate.gate.weight.normal_(0, 3.0)  # tokens that stop at different depths
+    idx = batch(1, 5)[0]
+    a = m.generate(idx, 10, top_k=1, kv_cache=True)
+    b = m.generate(idx, 10, top_k=1, kv_cache=False)
+    assert torch.equal(a, b)  # at the fixed (trained) depth: the same computation
+    out, depth = m.generate(idx, 10, top_k=1, exit=('learned', 0.5), return_depth=True)
+    assert set(depth.unique().tolist()) <= {1, 2, 4}  # it stops only at a gated depth (or the last)
+
+
 # ---------------------------------------------------------------- 11. config validation
 
 def first_broken_rule(**kw):

@@ -74,6 +74,30 @@ def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
     assert all(len(p.encode()) + len(a.encode()) + 2 <= 48 for p, a in samples)  # every held-out sample fits
 
 
+def test_held_out_sft_samples_share_no_content_with_sft_rows_or_pre_training(sources, tmp_path):
+    """The SFT samples held out come from the documents topics holds out, so the PT model never
+    read them; a sample whose prompt or answer a kept one has (a repeated turn) is dropped."""
+    root = tmp_path / 'data'
+    for name in ('topics', 'sft'):
+        ok(subprocess.run([sys.executable, str(REPO / 'prepare.py'), f'--dataset={name}', '--tokenizer=byte',
+                           f'--mirror={sources}', f'--data_root={root}', '--block_size=64', '--eval_docs=2'],
+                          capture_output=True, text=True))
+    held, _ = prepare.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
+    assert {d['topic'] for d in held} == {'code', 'math'}  # both held-out dialogues repeat a turn
+    text = lambda ids: bytes(ids[ids != EOT].tolist()).decode()
+    pre_training = ''.join(text(np.fromfile(root / 'topics_byte' / f, np.uint16)) for f in ('train.bin', 'val.bin'))
+    rows = np.concatenate([np.fromfile(root / 'sft_byte' / f, np.uint16).reshape(-1, 64) for f in ('train.bin', 'val.bin')])
+    kept = set()
+    for row in rows:
+        sep, end = np.flatnonzero(row == EOT)[:2]
+        kept |= {text(row[:sep]), text(row[sep + 1:end])}
+    for d in held:
+        assert d['text'] not in kept and d['answer'] not in kept
+        assert d['text'] not in pre_training and d['answer'] not in pre_training
+    topics_held, _ = prepare.read_eval_docs(str(root / 'topics_byte' / 'eval.jsonl'))
+    assert all(d['text'] + '\n' + d['answer'] in {t['text'] for t in topics_held} for d in held)
+
+
 # ---------------------------------------------------------------- fine-tuning from a trained run
 def make_sft(root, n=60):
     """data/sft/ in prepare.py's SFT format: rows of ROW tokens (prompt, EOT, answer, EOT, padding)."""
