@@ -38,6 +38,7 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'plain': (['config/cpu_plain.py', *SCHEDULE], None),
     **{f'exit-{beta}': (['config/cpu_exit.py', *SCHEDULE, f'--exit_beta={beta}'], None)
        for beta in (0.01, 0.1)},  # the learned exit distribution (Ouro's stage I)
+    'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
@@ -47,6 +48,7 @@ models = ''  # '' = all of MODELS; or some, comma-separated: 'single,multi'
 runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
 results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
+stage_two_steps = 300  # of the exit gate alone, batch_size rows each (stage_two)
 THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02),
               'learned': (0.3, 0.5, 0.7, 0.9)}  # the post-hoc exits, and the exit gate's q
 LAMBDAS = (0, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3)  # the oracle's price of compute, nats per MFLOP
@@ -56,6 +58,7 @@ eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
 _valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", 'len(seeds) >= 1',
+          'stage_two_steps >= 1',
           "set(models.split(',')) <= set(MODELS) or models == ''"]
 
 def run_dir(name, seed):
@@ -65,6 +68,8 @@ def train(name, seed):
     """python train.py with the model's arguments, unless its run finished (one that stopped early
     is resumed: it is never measured half-trained); its log goes to results/train/."""
     args, base = MODELS[name]
+    if args is None:
+        return stage_two(name, seed)
     out_dir = run_dir(name, seed)
     args = [*args, f'--seed={seed}', f'--out_dir={out_dir}', *train_args.split()]
     if base:
@@ -86,6 +91,40 @@ def train(name, seed):
         r = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT)
     if r.returncode:
         raise ValueError(f"training {out_dir} failed (exit {r.returncode}): see {log}")
+
+MARGIN = 0.01  # stage II: the gate learns 'go on' where the next depth gains more (nats)
+
+def stage_two(name, seed):
+    """Ouro's stage II on the stage-I run of the same seed: the language model frozen, the exit
+    gate alone trained (ExitGate.loss with a margin) on train.bin, then saved as a run of its own.
+    Done in one go: a run that stopped before its checkpoint is simply started again."""
+    out_dir = run_dir(name, seed)
+    if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
+        return
+    model, ckpt = load_checkpoint(os.path.join(run_dir(MODELS[name][1], seed), 'ckpt.pt'), device)
+    model.requires_grad_(False)
+    model.exit_gate.requires_grad_(True)
+    model.exit_gate.margin = MARGIN
+    optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
+    data, T = load_tokens(TOPICS, 'train'), model.config.block_size
+    g = torch.Generator().manual_seed(seed)
+    log = os.path.join(results, 'train', f'{name}-s{seed}.log')
+    print(f"stage II for {out_dir}: {stage_two_steps} steps, margin {MARGIN} > {log}", flush=True)
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with open(log, 'w') as f:
+        for step in range(1, stage_two_steps + 1):
+            ix = torch.randint(len(data) - T - 1, (batch_size,), generator=g).tolist()
+            xy = torch.stack([torch.from_numpy(data[i:i + T + 1].astype(np.int64)) for i in ix])
+            loss = model(xy[:, :-1].to(device), xy[:, 1:].to(device))[1]
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if step % 50 == 0:
+                print(f"step {step}: gate loss {loss.item():.4f}", file=f, flush=True)
+    ckpt['model'] = model.state_dict()
+    os.makedirs(out_dir, exist_ok=True)
+    torch.save(ckpt, os.path.join(out_dir, 'ckpt.pt.tmp'))
+    os.replace(os.path.join(out_dir, 'ckpt.pt.tmp'), os.path.join(out_dir, 'ckpt.pt'))
 
 # ----------------------------------------------------------------------------- compute
 def block_flops(c, T):
@@ -213,11 +252,14 @@ def measure_sft(model, x, real, eot):
                 suffix_tokens=int(real[:, start - 1:].sum()))
 
 def measure(name, seed):
-    """-> the measurements of one run, read from runs/<name>-s<seed>.json once they exist."""
+    """-> the measurements of one run: read from runs/<name>-s<seed>.json once it was measured
+    (a fresh clone with the committed results retrains nothing); else the run is trained, unless
+    it finished, and measured."""
     path = os.path.join(results, 'runs', f'{name}-s{seed}.json')
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
+    train(name, seed)
     model, _ = load_checkpoint(os.path.join(run_dir(name, seed), 'ckpt.pt'), device)
     model.eval()
     T = model.config.block_size
@@ -237,7 +279,7 @@ def measure(name, seed):
     return out
 
 # ----------------------------------------------------------------------------- the findings
-FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.01', 'exit-0.1']  # one shape: [2][A x12][2]
+FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.01', 'exit-0.1', 'exit-0.1-II']  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', *ACT_MODELS]
 PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
@@ -333,12 +375,18 @@ def exits(runs, names):
            table(EXIT_HEADER, [row for n in ACT_MODELS if runs.get(n)
                                for row in policy_rows(runs, n, 'ACT', base='single')]),
            "\nThe best envelope across the fixed-depth models (per seed, the lowest there):\n"]
-    best = []
+    best = [[k, f"{x / 1e6:.2f}", pm(per_seed)] for k, x, per_seed in best_envelope(runs, names)]
+    return '\n'.join(out + [table(['depth', 'MFLOP/token', 'best NLL'], best)])
+
+def best_envelope(runs, names):
+    """-> [(k, its FLOPs, [per seed: the lowest envelope of the models there])] at each depth k
+    of the single-depth model (the models share its shape)."""
+    out = []
     for p in next(iter(runs['single'].values()))['val']['fixed']:
         per_seed = [min(envelope(runs[n][s])(p['flops']) for n in names if s in runs[n])
                     for s in sorted(runs['single'])]
-        best.append([p['t'], f"{p['flops'] / 1e6:.2f}", pm(per_seed)])
-    return '\n'.join(out + [table(['depth', 'MFLOP/token', 'best NLL'], best)])
+        out.append((p['t'], p['flops'], per_seed))
+    return out
 
 def training(runs, names):
     alphas = lambda n: ' / '.join(pm(a) for a in zip(*[r['alphas'] for r in runs[n].values()]))
@@ -447,11 +495,14 @@ def chart(runs):
     beside the single-depth model's fixed depths. x: forward MFLOP per token."""
     series_of = {'fixed': 'black', 'frozen maxprob': 'crimson', 'frozen resid': 'darkorange',
                  'frozen learned': 'seagreen', 'oracle': 'steelblue'}
+    names = [n for n in FIXED_MODELS if runs.get(n)]
+    best = [(x / 1e6, np.mean(per_seed)) for _, x, per_seed in best_envelope(runs, names)]
     charts = []
-    for n in [n for n in FIXED_MODELS if runs.get(n)]:
+    for n in names:
         series = [(policy, colour, mean_points(runs, n, policy))
                   for policy, colour in series_of.items()
                   if policy in next(iter(runs[n].values()))['val']]
+        series.append(('best of any model', 'gray', best))
         charts.append(ev.svg_chart(f"{n}: val NLL against compute (mean of the seeds)", series,
                                    xlabel='forward MFLOP per token'))
     act = [p for n in ACT_MODELS if runs.get(n) for p in mean_points(runs, n, 'ACT')]
@@ -475,7 +526,6 @@ if __name__ == '__main__':
     measured = {name: {} for name in names}  # name -> seed -> measurements
     for seed in seeds:
         for name in names:
-            train(name, seed)
             measured[name][seed] = measure(name, seed)
     for name, text in (('findings.md', findings(measured)), ('frontier.svg', chart(measured))):
         with open(os.path.join(results, name), 'w') as f:

@@ -241,6 +241,8 @@ class ExitGate(nn.Module):
         p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
     Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth supervision).
     Inference (stop_rule): a token stops at the first depth where sum_(j<=t) p_j reaches q."""
+    margin = None  # stage II (frontier.stage_two sets it): the gate alone learns, see loss
+
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -261,11 +263,19 @@ class ExitGate(nn.Module):
         return torch.stack(p + [survive])
 
     def loss(self, states, nlls, mask):
-        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets."""
-        p = self.distribution(states)
-        expected = (p * nlls).sum(0)
-        entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
-        return ((expected - self.c.exit_beta * entropy) * mask).sum() / mask.sum()
+        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets.
+        With a margin, Ouro's stage II (the language model frozen): the binary cross-entropy of
+        each lambda_t against 'stop here', true where the next depth gains less than the margin."""
+        if self.margin is not None:
+            lam = torch.stack([self.lam(z.detach()) for z in states])
+            stop = (nlls[:-1] - nlls[1:] < self.margin).float()
+            per_token = F.binary_cross_entropy(lam, stop, reduction='none').sum(0)
+        else:
+            p = self.distribution(states)
+            expected = (p * nlls).sum(0)
+            entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
+            per_token = expected - self.c.exit_beta * entropy
+        return (per_token * mask).sum() / mask.sum()
 
     def stop_rule(self, q, z):
         """-> a stop rule for the loop: after each supervised depth, stop once 1 - the chance of

@@ -1,7 +1,7 @@
 """frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
 oracle, the monotone envelope and the verdict rule on hand-made cases; a run that stopped early;
 and the whole command on tiny models, whose rerun trains nothing and writes the same tables."""
-import json, subprocess
+import json, re, subprocess
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import ENV, make_data, ok, run
+from harness import ENV, REPO, make_data, ok, run
 import frontier
 from model import GPT, GPTConfig
 
@@ -122,8 +122,9 @@ def test_campaign_on_tiny_models(tmp_path):
     make_sft_data(tmp_path)
     quick = ('--max_iters=2 --eval_interval=2 --n_embd=16 --block_size=32 --batch_size=2 '
              '--eval_iters=1 --device=cpu --warmup_iters=1 --lr_decay_iters=2')
-    args = ['--models=single,multi,act-0.003,exit-0.1,plain,sft,sft-nopad,plain-sft',
-            '--seeds=(1,2)', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4']
+    args = ['--models=single,multi,act-0.003,exit-0.1,exit-0.1-II,plain,sft,sft-nopad,plain-sft',
+            '--seeds=(1,2)', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4',
+            '--stage_two_steps=3']
     out = ok(run(tmp_path, 'frontier.py', *args))
     assert out.count('training out-frontier/runs/') == 16  # each model, at each seed, once
     assert not (tmp_path / 'results').exists()  # results/seeds/ is written only when asked
@@ -132,6 +133,11 @@ def test_campaign_on_tiny_models(tmp_path):
     assert single['seed'] == 2 and [p['t'] for p in single['val']['fixed']] == list(range(1, 13))
     assert {'frozen maxprob', 'selection resid', 'oracle'} <= set(single['val'])
     assert 'frozen learned' in json.loads((runs / 'exit-0.1-s1.json').read_text())['val']
+    assert out.count('stage II for out-frontier/runs/exit-0.1-II-s') == 2
+    stage_one, stage_two = (torch.load(runs / f'{n}-s1' / 'ckpt.pt', weights_only=True)['model']
+                            for n in ('exit-0.1', 'exit-0.1-II'))
+    assert not torch.equal(stage_one['exit_gate.gate.weight'], stage_two['exit_gate.gate.weight'])
+    assert all(torch.equal(stage_one[k], stage_two[k]) for k in stage_one if 'exit_gate' not in k)
     assert set(json.loads((runs / 'act-0.003-s1.json').read_text())['val']) == {'ACT'}
     sft = json.loads((runs / 'sft-s1.json').read_text())['sft']
     assert sft['answer_tokens'] == 5 + 1 + 11 + 1  # both answers, each with its EOT
@@ -192,3 +198,19 @@ def test_a_failed_training_is_one_line(trainer, tmp_path):
 def test_unknown_model_is_a_one_line_error(tmp_path):
     r = run(tmp_path, 'frontier.py', '--models=single,nope')
     assert r.returncode == 1 and 'models' in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
+    """results/seeds/findings.md is frontier.findings of the committed runs/*.json: a rerun of
+    `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
+    monkeypatch.setattr(frontier, 'results', 'results/seeds')
+    runs = {name: {seed: json.loads((REPO / 'results/seeds/runs' / f'{name}-s{seed}.json').read_text())
+                   for seed in frontier.seeds} for name in frontier.MODELS}
+    assert frontier.findings(runs) == (REPO / 'results/seeds/findings.md').read_text()
+
+
+def test_results_quote_only_numbers_the_campaign_wrote():
+    """Every 'mean ± SE' that RESULTS.md quotes is in results/seeds/findings.md."""
+    quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
+    findings = (REPO / 'results/seeds/findings.md').read_text()
+    assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
