@@ -68,6 +68,8 @@ def train(name, seed):
     """python train.py with the model's arguments, unless its run finished (one that stopped early
     is resumed: it is never measured half-trained); its log goes to results/train/."""
     args, base = MODELS[name]
+    if base:  # the run it starts from, first: finished, never half-trained
+        train(base, seed)
     if args is None:
         return stage_two(name, seed)
     out_dir = run_dir(name, seed)
