@@ -482,13 +482,14 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
 
-def autocast_dtype(device_type, dtype='', decode=False):
-    """-> (dtype, a line saying which and why) for the --dtype key; '' picks: bfloat16 autocast on
-    CUDA, and on a CPU with bf16 instructions (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed)
-    unless it is to decode (a token at a time, autocast's casts cost more than its matmuls save),
-    float32 on other CPUs (which emulate bf16, slower than fp32). Under autocast the parameters,
-    so the checkpoints, stay float32: only the matmuls run in bf16."""
-    why = f"--dtype={dtype}"
+def autocast_dtype(device, dtype='', decode=False):
+    """-> (dtype, its autocast context (reusable), a line saying which and why) for the --dtype key
+    on device; '' picks: bfloat16 autocast on CUDA, and on a CPU with bf16 instructions (AMX,
+    AVX-512 BF16: bf16 matmuls ~4x fp32's speed) unless it is to decode (a token at a time,
+    autocast's casts cost more than its matmuls save), float32 on other CPUs (which emulate bf16,
+    slower than fp32). Under autocast the parameters, so the checkpoints, stay float32: only the
+    matmuls run in bf16."""
+    device_type, why = 'cuda' if 'cuda' in device else 'cpu', f"--dtype={dtype}"
     if not dtype and device_type == 'cuda':
         dtype, why = 'bfloat16', "the default on CUDA"
     elif not dtype and decode:
@@ -499,7 +500,8 @@ def autocast_dtype(device_type, dtype='', decode=False):
                if test()]
         dtype = 'bfloat16' if has else 'float32'
         why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
-    return dtype, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
+    ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+    return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
 def load_checkpoint(path, device='cpu', key='out_dir'):
     """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,

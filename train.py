@@ -156,8 +156,7 @@ if ddp:
     gradient_accumulation_steps //= world
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
-dtype, precision = autocast_dtype(device_type, dtype)  # precision: which dtype, and why
-ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+dtype, ctx, precision = autocast_dtype(device, dtype)  # precision: which dtype, and why
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
