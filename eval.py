@@ -30,10 +30,9 @@ max_docs = 200          # eval.jsonl documents per topic
 html = ''               # write the depth map to this file
 seed = 1337
 _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
-          'max_docs >= 1', '0 <= seed < 2**64',
-          "exit_kind in ('maxprob', 'resid')",  # configurator.py checks these rules
+          'max_docs >= 1', '0 <= seed < 2**64', "exit_kind in ('maxprob', 'resid')",
           'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
-          "dtype in ('', 'float32', 'bfloat16')"]
+          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks these rules
 # -----------------------------------------------------------------------------
 # per exit kind: the thresholds of the early-exit curve
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
@@ -248,17 +247,14 @@ def evaluate(out_dir):
         write_html(html, docs, tokens, depth, get_tokenizer(meta['tokenizer'])[1], source)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
 
-def check_outputs():  # before the work: every file the run writes can be written
-    for d in folders(out_dir):
-        check_output(os.path.join(d, 'eval.json'), 'out_dir')
-    if html:
-        check_output(html, 'html')
-
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     _, ctx, precision = autocast_dtype(device, dtype)
     print(precision)
-    check_outputs()
+    for d in folders(out_dir):  # before the work: every file the run writes can be written
+        check_output(os.path.join(d, 'eval.json'), 'out_dir')
+    if html:
+        check_output(html, 'html')
     with ctx:  # several out_dirs (a,b,c): each evaluated in turn, each its own eval.json
         for d in folders(out_dir):
             evaluate(d)

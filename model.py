@@ -248,14 +248,11 @@ class ExitGate(nn.Module):
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
 
-    def lam(self, z):
-        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
-
     def distribution(self, states):
         """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
         p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
         for z in states:
-            lam = self.lam(z)
+            lam = torch.sigmoid(self.gate(z).float()).squeeze(-1)
             p.append(survive * lam)
             survive = survive * (1 - lam)
         return torch.stack(p + [survive])
@@ -274,7 +271,7 @@ class ExitGate(nn.Module):
         def stop(i, z, **_):
             if i + 1 not in self.c.supervise:  # no gate between supervised depths
                 return torch.zeros_like(survive[0], dtype=torch.bool)
-            survive[0] = survive[0] * (1 - self.lam(z))
+            survive[0] = survive[0] * (1 - torch.sigmoid(self.gate(z).float()).squeeze(-1))
             return 1 - survive[0] >= q
         return stop
 
@@ -343,9 +340,8 @@ class GPT(nn.Module):
 
     def depths(self, n_loops=None):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
-        if n_loops is None:
-            return self.config.loops
-        loops = (n_loops,) * len(self.segments) if isinstance(n_loops, int) else tuple(n_loops)
+        loops = self.config.loops if n_loops is None else n_loops
+        loops = (loops,) * len(self.segments) if isinstance(loops, int) else tuple(loops)
         if len(loops) != len(self.segments) or min(loops, default=1) < 1:
             raise ValueError(f"n_loops={n_loops}: give one depth >= 1, or {len(self.segments)}")
         return loops
@@ -489,7 +485,8 @@ def autocast_dtype(device, dtype='', decode=False):
     autocast's casts cost more than its matmuls save), float32 on other CPUs (which emulate bf16,
     slower than fp32). Under autocast the parameters, so the checkpoints, stay float32: only the
     matmuls run in bf16."""
-    device_type, why = 'cuda' if 'cuda' in device else 'cpu', f"--dtype={dtype}"
+    device_type = 'cuda' if 'cuda' in device else 'cpu'
+    why = f"--dtype={dtype}"
     if not dtype and device_type == 'cuda':
         dtype, why = 'bfloat16', "the default on CUDA"
     elif not dtype and decode:

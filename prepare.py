@@ -230,11 +230,9 @@ DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPE
             'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
 def held_and_kept(name):  # -> (held (topic, doc) for eval.jsonl, kept docs in order)
-    if name == 'sft':  # a doc: a text, or (prompt, answer) for sft
-        return sft_split()
     held, kept = [], []
     for topic, source in DATASETS[name].items():
-        docs = list(dict.fromkeys(d for d in source() if ''.join(d).strip()))  # once: none in both
+        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # once: none in both
         n_held = min(eval_docs, len(docs) // 2)  # at random, but the same on every run
         out = set(random.Random(f'{seed}:{topic}').sample(range(len(docs)), n_held))
         held += [(topic, d) for i, d in enumerate(docs) if i in out]
@@ -267,7 +265,7 @@ def sft_split():
 
 def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: one a row)
     encode, _, eot = get_tokenizer(tokenizer)
-    held, kept = held_and_kept(dataset)
+    held, kept = sft_split() if dataset == 'sft' else held_and_kept(dataset)
     if dataset != 'shakespeare':  # mix the topics; shakespeare keeps its order so the text reads on
         random.Random(seed).shuffle(kept)
     if dataset == 'sft':
