@@ -203,7 +203,7 @@ def print_report(r):
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
 def evaluate(out_dir):
-    """-> the report of one checkpoint; prints it, writes out_dir/eval.json (and the html)."""
+    """One checkpoint: prints its report, writes out_dir/eval.json (and the html)."""
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
     c, T = model.config, block_size or model.config.block_size
