@@ -59,9 +59,8 @@ cuda = 'cuda' in device
 FP32, BF16 = (torch.autocast('cuda' if cuda else 'cpu', torch.bfloat16, enabled=on)
               for on in (False, True))  # each reusable: the contexts the dtype rows compare
 # the training rows' dtype, and the generation rows' (on a CPU: float32 decodes faster)
-(dtype, precision), (gen_dtype, gen_precision) = (
-    autocast_dtype('cuda' if cuda else 'cpu', dtype, decode) for decode in (False, True))
-ctx, gen_ctx = (BF16 if d == 'bfloat16' else FP32 for d in (dtype, gen_dtype))
+(_, ctx, precision), (_, gen_ctx, gen_precision) = (
+    autocast_dtype(device, dtype, decode) for decode in (False, True))
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 BF16_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, '4090': 165e12,
              '3090': 71e12}

@@ -4,7 +4,7 @@ fraction), NLL against loop depth, post-hoc early exit against uniform depth, lo
 probes of NLL (the last step's residual, relative and absolute; the entropy) and the alphas.
 Prints a report and writes out_dir/eval.json:
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
-Several checkpoints on the same documents, ranked by masked and by unmasked suffix NLL:
+Several checkpoints on the same documents, one after the other (each its own eval.json):
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
 """
 import os, json, math, time, html as html_lib
@@ -18,7 +18,6 @@ from prepare import (check_output, data_error, dataset_folder, folders, get_toke
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
 dataset = ''            # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
-table = 'eval_table.json'  # with several out_dirs (a,b,c): their ranking, written here
 device = 'cuda' if torch.cuda.is_available() else 'cpu'
 dtype = ''              # '' = bf16 autocast on CUDA and on CPUs with bf16 instructions
 batch_size = 8
@@ -27,19 +26,16 @@ block_size = 0          # 0 = the model's
 suffix_start = 0        # first scored target position; 0 = the paper's 193 of 256, scaled
 exit_kind = 'maxprob'   # post-hoc exit: 'maxprob' (stop once confident), 'resid' (once still)
 thresholds = ()         # () = the default sweep for exit_kind
-topic_threshold = 0.0   # the exit threshold for per-topic depth without ACT; 0 = the default
 max_docs = 200          # eval.jsonl documents per topic
 html = ''               # write the depth map to this file
 seed = 1337
 _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
-          'topic_threshold >= 0', 'max_docs >= 1', '0 <= seed < 2**64',
-          "exit_kind in ('maxprob', 'resid')",  # configurator.py checks these rules
+          'max_docs >= 1', '0 <= seed < 2**64', "exit_kind in ('maxprob', 'resid')",
           'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
-          "dtype in ('', 'float32', 'bfloat16')"]
+          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks these rules
 # -----------------------------------------------------------------------------
-# per exit kind: the thresholds of the early-exit curve, and the one for per-topic depth
-DEFAULTS = {'maxprob': ((0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 0.9),
-            'resid': ((0.2, 0.1, 0.05, 0.02, 0.01), 0.05)}
+# per exit kind: the thresholds of the early-exit curve
+DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 
 def pack_docs(docs_tokens, eot, T):
     """Each document + EOT -> one row of T tokens, truncated or right-padded with EOT.
@@ -156,65 +152,16 @@ def probe(nll, signal, real):
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-def ticks(lo, hi, n=5):
-    """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
-    raw = (hi - lo) / n
-    step = min((m * 10 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)),
-               key=lambda st: abs(st - raw))
-    return np.arange(math.ceil(lo / step) * step, hi + step / 1e6, step)
-
-CHART_W, CHART_H = 520, 240  # one chart, in pixels; the legend takes the right 150
-
-def svg_chart(title, series, xlabel='mean loop iterations per token', ylabel='val NLL'):
-    """A line chart in plain SVG: axes with ticks and gridlines, a point per value, a legend.
-    series: [(name, colour, [(x, y)])]."""
-    points = [p for _, _, ps in series for p in ps] or [(0, 0)]
-    (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0)
-    x1, y1 = max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)  # a flat line still gets an axis
-    left, right, top, bottom = 56, CHART_W - 150, 24, CHART_H - 40  # the plot area
-    px = lambda x: left + (right - left) * (x - x0) / (x1 - x0)
-    py = lambda y: bottom - (bottom - top) * (y - y0) / (y1 - y0)
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_W}" height="{CHART_H}" '
-           f'font-family="sans-serif" font-size="11"><text x="{left}" y="14">{title}</text>']
-    for x in ticks(x0, x1):  # vertical gridlines, labelled under the x axis
-        svg.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{bottom}" '
-                   f'stroke="#ddd"/><text x="{px(x):.1f}" y="{bottom + 14}" '
-                   f'text-anchor="middle">{x:g}</text>')
-    for y in ticks(y0, y1):  # horizontal gridlines, labelled left of the y axis
-        svg.append(f'<line x1="{left}" x2="{right}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
-                   f'stroke="#ddd"/><text x="{left - 4}" y="{py(y) + 4:.1f}" '
-                   f'text-anchor="end">{y:.3g}</text>')
-    svg.append(f'<polyline fill="none" stroke="black" points="{left},{top} {left},{bottom} '
-               f'{right},{bottom}"/><text x="{(left + right) / 2}" y="{CHART_H - 6}" '
-               f'text-anchor="middle">{xlabel}</text><text transform="translate(12,'
-               f'{(top + bottom) / 2}) rotate(-90)" text-anchor="middle">{ylabel}</text>')
-    for i, (name, colour, ps) in enumerate(series):
-        ps = sorted(dict(ps).items())  # one point per x
-        line = ' '.join(f"{px(x):.1f},{py(y):.1f}" for x, y in ps)
-        svg.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{line}"/>')
-        svg += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}"/>'
-                for x, y in ps]
-        ly = top + 6 + 16 * i  # the legend: a swatch and the name
-        svg.append(f'<line x1="{right + 12}" x2="{right + 30}" y1="{ly}" y2="{ly}" '
-                   f'stroke="{colour}" stroke-width="3"/><text x="{right + 34}" '
-                   f'y="{ly + 4}">{html_lib.escape(name)}</text>')
-    return ''.join(svg) + '</svg>'
-
-def write_html(path, docs, tokens, depth, decode, report):
+def write_html(path, docs, tokens, depth, decode, source):
     """The depth map: three documents per topic, each token coloured by the iterations spent
-    predicting it, under the chart of NLL against depth. All text goes through html.escape."""
+    predicting it; source: where the depth came from. All text goes through html.escape."""
     esc, top = html_lib.escape, max(int(depth.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / top:.0f},85%,82%)"  # blue: few iterations; red: many
-    exits = [(c['mean_depth'], c['nll']) for c in report['early_exit']]
-    uniform = [(s['mean_depth'], s['nll']) for s in report['depth_scan']]
-    uniform += [(c['mean_depth'], c['uniform_nll']) for c in report['early_exit']]
-    series = [('per-token exit', 'crimson', exits), ('uniform depth', 'steelblue', uniform)]
-    series = [s for s in series if s[2]]  # the legend names only what the model has (ACT: no exit)
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(depth.min()), top + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
-            f'<h2>Loop depth per token</h2>{svg_chart("val NLL against mean depth", series)}'
-            f'<p>Depth from {esc(report["depth_source"])}. Iterations: {legend}</p>']
+            f'<h2>Loop depth per token</h2>'
+            f'<p>Depth from {esc(source)}. Iterations: {legend}</p>']
     for i, doc in enumerate(docs):  # docs come grouped by topic: show each topic's first three
         if i >= 3 and docs[i - 3]['topic'] == doc['topic']:
             continue
@@ -256,7 +203,7 @@ def print_report(r):
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
 def evaluate(out_dir):
-    """-> the report of one checkpoint; prints it, writes out_dir/eval.json (and the html)."""
+    """One checkpoint: prints its report, writes out_dir/eval.json (and the html)."""
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
     c, T = model.config, block_size or model.config.block_size
@@ -278,18 +225,15 @@ def evaluate(out_dir):
                          f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
                          "the tokenizer the model was trained with")
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
-    # at the trained depth: suffix NLL, topic NLL, the probes (and the ACT gate's depth)
+    # at the trained depth: suffix NLL, topic NLL and depth, the probes
     nll, depth, resid, moved, entropy = score(model, x, batch_size)
     probes = {'relative residual': probe(nll, resid, real), 'absolute residual':
               probe(nll, moved, real), 'entropy': probe(nll, entropy, real)}
-    source = 'the ACT gate' if c.act else 'no loop'
-    if c.loops and not c.act:  # without ACT, a post-hoc exit decides how deep each token goes
-        source = f"post-hoc {exit_kind} exit at threshold {topic_threshold}"
-        _, depth, *_ = score(model, x, batch_size, exit=(exit_kind, topic_threshold))
+    source = 'the ACT gate' if c.act else 'the trained depth' if c.loops else 'no loop'
     rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
     scan = depth_scan(model, rows, batch_size)
     curve = early_exit_curve(model, rows, scan, batch_size, exit_kind,
-                             thresholds or DEFAULTS[exit_kind][0])
+                             thresholds or DEFAULTS[exit_kind])
     report = dict(suffix_nll=suffix_nll(nll, real, start), depth_scan=scan, early_exit=curve,
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
@@ -300,42 +244,17 @@ def evaluate(out_dir):
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
     if html:
-        write_html(html, docs, tokens, depth, get_tokenizer(meta['tokenizer'])[1], report)
+        write_html(html, docs, tokens, depth, get_tokenizer(meta['tokenizer'])[1], source)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
-    return report
-
-def rank(reports):
-    """Several models on the same documents: masked and unmasked suffix NLL, each with its rank.
-    Ranked by the number that counts padding, a board can come out in another order."""
-    rows = [dict(model=d, **r['suffix_nll'], docs=r['docs']) for d, r in reports.items()]
-    for key in ('masked', 'unmasked'):
-        ranked = sorted(rows, key=lambda row: (row[key] is None, row[key]))  # None: no real token
-        for i, row in enumerate(ranked):
-            row[f'rank_{key}'] = i + 1
-    print_rows("models, ranked by suffix NLL (masked: real tokens; unmasked: with padding)", rows)
-    if any(row['rank_masked'] != row['rank_unmasked'] for row in rows):
-        print("  the two rankings disagree: rank by masked (padding is not language)")
-    os.makedirs(os.path.dirname(table) or '.', exist_ok=True)
-    with open(table, 'w') as f:
-        json.dump(rows, f, indent=2)
-    print(f"wrote {table}")
-
-def check_outputs():  # before the work: every file the run writes can be written
-    for d in folders(out_dir):
-        check_output(os.path.join(d, 'eval.json'), 'out_dir')
-    if html:
-        check_output(html, 'html')
-    if ',' in out_dir:
-        check_output(table, 'table')
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    topic_threshold = topic_threshold or DEFAULTS[exit_kind][1]
-    device_type = 'cuda' if 'cuda' in device else 'cpu'
-    dtype, precision = autocast_dtype(device_type, dtype)
+    _, ctx, precision = autocast_dtype(device, dtype)
     print(precision)
-    check_outputs()
-    with torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16'):
-        reports = {d: evaluate(d) for d in folders(out_dir)}
-    if len(reports) > 1:
-        rank(reports)
+    for d in folders(out_dir):  # before the work: every file the run writes can be written
+        check_output(os.path.join(d, 'eval.json'), 'out_dir')
+    if html:
+        check_output(html, 'html')
+    with ctx:  # several out_dirs (a,b,c): each evaluated in turn, each its own eval.json
+        for d in folders(out_dir):
+            evaluate(d)

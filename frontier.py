@@ -18,6 +18,7 @@ import os
 import sys
 import json
 import math
+import html
 import string
 import subprocess
 import numpy as np
@@ -486,6 +487,50 @@ def findings(runs):
         parts.append(sft(runs, SFT_MODELS))
     return '\n'.join(parts)
 
+def ticks(lo, hi, n=5):
+    """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
+    raw = (hi - lo) / n
+    step = min((m * 10 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)),
+               key=lambda st: abs(st - raw))
+    return np.arange(math.ceil(lo / step) * step, hi + step / 1e6, step)
+
+CHART_W, CHART_H = 520, 240  # one chart, in pixels; the legend takes the right 150
+
+def svg_chart(title, series, xlabel='mean loop iterations per token', ylabel='val NLL'):
+    """A line chart in plain SVG: axes with ticks and gridlines, a point per value, a legend.
+    series: [(name, colour, [(x, y)])]."""
+    points = [p for _, _, ps in series for p in ps] or [(0, 0)]
+    (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0)
+    x1, y1 = max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)  # a flat line still gets an axis
+    left, right, top, bottom = 56, CHART_W - 150, 24, CHART_H - 40  # the plot area
+    px = lambda x: left + (right - left) * (x - x0) / (x1 - x0)
+    py = lambda y: bottom - (bottom - top) * (y - y0) / (y1 - y0)
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_W}" height="{CHART_H}" '
+           f'font-family="sans-serif" font-size="11"><text x="{left}" y="14">{title}</text>']
+    for x in ticks(x0, x1):  # vertical gridlines, labelled under the x axis
+        svg.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top}" y2="{bottom}" '
+                   f'stroke="#ddd"/><text x="{px(x):.1f}" y="{bottom + 14}" '
+                   f'text-anchor="middle">{x:g}</text>')
+    for y in ticks(y0, y1):  # horizontal gridlines, labelled left of the y axis
+        svg.append(f'<line x1="{left}" x2="{right}" y1="{py(y):.1f}" y2="{py(y):.1f}" '
+                   f'stroke="#ddd"/><text x="{left - 4}" y="{py(y) + 4:.1f}" '
+                   f'text-anchor="end">{y:.3g}</text>')
+    svg.append(f'<polyline fill="none" stroke="black" points="{left},{top} {left},{bottom} '
+               f'{right},{bottom}"/><text x="{(left + right) / 2}" y="{CHART_H - 6}" '
+               f'text-anchor="middle">{xlabel}</text><text transform="translate(12,'
+               f'{(top + bottom) / 2}) rotate(-90)" text-anchor="middle">{ylabel}</text>')
+    for i, (name, colour, ps) in enumerate(series):
+        ps = sorted(dict(ps).items())  # one point per x
+        line = ' '.join(f"{px(x):.1f},{py(y):.1f}" for x, y in ps)
+        svg.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{line}"/>')
+        svg += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{colour}"/>'
+                for x, y in ps]
+        ly = top + 6 + 16 * i  # the legend: a swatch and the name
+        svg.append(f'<line x1="{right + 12}" x2="{right + 30}" y1="{ly}" y2="{ly}" '
+                   f'stroke="{colour}" stroke-width="3"/><text x="{right + 34}" '
+                   f'y="{ly + 4}">{html.escape(name)}</text>')
+    return ''.join(svg) + '</svg>'
+
 # ----------------------------------------------------------------------------- the chart
 def mean_points(runs, name, policy):  # [(MFLOP, NLL)] of a policy, each the mean over the seeds
     per_seed = [r['val'][policy] for r in runs[name].values() if policy in r['val']]
@@ -505,18 +550,17 @@ def chart(runs):
                   for policy, colour in series_of.items()
                   if policy in next(iter(runs[n].values()))['val']]
         series.append(('best of any model', 'gray', best))
-        charts.append(ev.svg_chart(f"{n}: val NLL against compute (mean of the seeds)", series,
-                                   xlabel='forward MFLOP per token'))
+        charts.append(svg_chart(f"{n}: val NLL against compute (mean of the seeds)", series,
+                                xlabel='forward MFLOP per token'))
     act = [p for n in ACT_MODELS if runs.get(n) for p in mean_points(runs, n, 'ACT')]
     if act and runs.get('single'):
-        charts.append(ev.svg_chart("ACT at three penalties, beside single's fixed depths",
-                                   [('single: fixed', 'black',
-                                     mean_points(runs, 'single', 'fixed')),
-                                    ('ACT', 'purple', act)], xlabel='forward MFLOP per token'))
-    body = ''.join(f'<g transform="translate(0,{ev.CHART_H * i})">{c}</g>'
+        charts.append(svg_chart("ACT at three penalties, beside single's fixed depths",
+                                [('single: fixed', 'black', mean_points(runs, 'single', 'fixed')),
+                                 ('ACT', 'purple', act)], xlabel='forward MFLOP per token'))
+    body = ''.join(f'<g transform="translate(0,{CHART_H * i})">{c}</g>'
                    for i, c in enumerate(charts))
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{ev.CHART_W}" '
-            f'height="{ev.CHART_H * len(charts)}">{body}</svg>\n')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_W}" '
+            f'height="{CHART_H * len(charts)}">{body}</svg>\n')
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())

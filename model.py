@@ -250,14 +250,11 @@ class ExitGate(nn.Module):
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
 
-    def lam(self, z):
-        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
-
     def distribution(self, states):
         """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
         p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
         for z in states:
-            lam = self.lam(z)
+            lam = torch.sigmoid(self.gate(z).float()).squeeze(-1)
             p.append(survive * lam)
             survive = survive * (1 - lam)
         return torch.stack(p + [survive])
@@ -284,7 +281,7 @@ class ExitGate(nn.Module):
         def stop(i, z, **_):
             if i + 1 not in self.c.supervise:  # no gate between supervised depths
                 return torch.zeros_like(survive[0], dtype=torch.bool)
-            survive[0] = survive[0] * (1 - self.lam(z))
+            survive[0] = survive[0] * (1 - torch.sigmoid(self.gate(z).float()).squeeze(-1))
             return 1 - survive[0] >= q
         return stop
 
@@ -353,9 +350,8 @@ class GPT(nn.Module):
 
     def depths(self, n_loops=None):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
-        if n_loops is None:
-            return self.config.loops
-        loops = (n_loops,) * len(self.segments) if isinstance(n_loops, int) else tuple(n_loops)
+        loops = self.config.loops if n_loops is None else n_loops
+        loops = (loops,) * len(self.segments) if isinstance(loops, int) else tuple(loops)
         if len(loops) != len(self.segments) or min(loops, default=1) < 1:
             raise ValueError(f"n_loops={n_loops}: give one depth >= 1, or {len(self.segments)}")
         return loops
@@ -492,12 +488,14 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
 
-def autocast_dtype(device_type, dtype='', decode=False):
-    """-> (dtype, a line saying which and why) for the --dtype key; '' picks: bfloat16 autocast on
-    CUDA, and on a CPU with bf16 instructions (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed)
-    unless it is to decode (a token at a time, autocast's casts cost more than its matmuls save),
-    float32 on other CPUs (which emulate bf16, slower than fp32). Under autocast the parameters,
-    so the checkpoints, stay float32: only the matmuls run in bf16."""
+def autocast_dtype(device, dtype='', decode=False):
+    """-> (dtype, its autocast context (reusable), a line saying which and why) for the --dtype key
+    on device; '' picks: bfloat16 autocast on CUDA, and on a CPU with bf16 instructions (AMX,
+    AVX-512 BF16: bf16 matmuls ~4x fp32's speed) unless it is to decode (a token at a time,
+    autocast's casts cost more than its matmuls save), float32 on other CPUs (which emulate bf16,
+    slower than fp32). Under autocast the parameters, so the checkpoints, stay float32: only the
+    matmuls run in bf16."""
+    device_type = 'cuda' if 'cuda' in device else 'cpu'
     why = f"--dtype={dtype}"
     if not dtype and device_type == 'cuda':
         dtype, why = 'bfloat16', "the default on CUDA"
@@ -509,7 +507,8 @@ def autocast_dtype(device_type, dtype='', decode=False):
                if test()]
         dtype = 'bfloat16' if has else 'float32'
         why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
-    return dtype, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
+    ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+    return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
 def load_checkpoint(path, device='cpu', key='out_dir'):
     """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,

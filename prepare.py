@@ -229,15 +229,13 @@ DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPE
                        'news': news_docs, 'poetry': lambda: blank_line_separated(SONNETS)},
             'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
-def held_and_kept(name):  # -> (held (topic, doc) for eval.jsonl, kept docs in order)
-    if name == 'sft':  # a doc: a text, or (prompt, answer) for sft
-        return sft_split()
+def held_and_kept(name):  # -> (held (topic, eval.jsonl's {'text': doc}), kept docs in order)
     held, kept = [], []
     for topic, source in DATASETS[name].items():
-        docs = list(dict.fromkeys(d for d in source() if ''.join(d).strip()))  # once: none in both
+        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # once: none in both
         n_held = min(eval_docs, len(docs) // 2)  # at random, but the same on every run
         out = set(random.Random(f'{seed}:{topic}').sample(range(len(docs)), n_held))
-        held += [(topic, d) for i, d in enumerate(docs) if i in out]
+        held += [(topic, {'text': d}) for i, d in enumerate(docs) if i in out]
         kept += [d for i, d in enumerate(docs) if i not in out]
         print(f"{topic:>11}: kept {len(docs) - n_held:,} docs, held out {n_held:,}")
     return held, kept
@@ -247,7 +245,7 @@ def sft_split():
     (so no model met it in pre-training), unless pre-training has the same text elsewhere or a
     kept sample has its prompt or its answer (DailyDialog repeats 'Thank you.' in many of them)."""
     held_docs, kept_docs = held_and_kept('topics')
-    held_docs = {doc for _, doc in held_docs}
+    held_docs = {doc['text'] for _, doc in held_docs}
     turns = lambda docs: {pair for d in docs for pair in itertools.pairwise(d.split('\n'))}
     held_turns, kept_turns, kept_docs = turns(held_docs), turns(kept_docs), set(kept_docs)
     held, kept = [], []
@@ -267,7 +265,7 @@ def sft_split():
 
 def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: one a row)
     encode, _, eot = get_tokenizer(tokenizer)
-    held, kept = held_and_kept(dataset)
+    held, kept = sft_split() if dataset == 'sft' else held_and_kept(dataset)
     if dataset != 'shakespeare':  # mix the topics; shakespeare keeps its order so the text reads on
         random.Random(seed).shuffle(kept)
     if dataset == 'sft':
@@ -314,8 +312,7 @@ def main():
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows
-        docs = [{'topic': t, **(d if isinstance(d, dict) else {'text': d})} for t, d in held]
-        lines = [json.dumps(d, ensure_ascii=False) + '\n' for d in docs]
+        lines = [json.dumps({'topic': t, **d}, ensure_ascii=False) + '\n' for t, d in held]
         files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
                  'meta.json': [json.dumps(meta, indent=2).encode()]}
         for name, parts in files.items():

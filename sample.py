@@ -34,9 +34,7 @@ exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator
 # -----------------------------------------------------------------------------
 
 device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-device_type = 'cuda' if 'cuda' in device else 'cpu'
-dtype, precision = autocast_dtype(device_type, dtype, decode=True)
-ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+_, ctx, precision = autocast_dtype(device, dtype, decode=True)
 print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
 if start.startswith('FILE:'):
     path = start[5:]

@@ -112,8 +112,7 @@ elif init_from != 'scratch':  # fine-tuning: the weights and architecture only
     globals().update(arch)  # so the run's saved config shows the model's architecture
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
-train_data = load_tokens(data_dir, 'train')
-val_data = load_tokens(data_dir, 'val')
+train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
@@ -156,8 +155,7 @@ if ddp:
     gradient_accumulation_steps //= world
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
-dtype, precision = autocast_dtype(device_type, dtype)  # precision: which dtype, and why
-ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
+dtype, ctx, precision = autocast_dtype(device, dtype)  # precision: which dtype, and why
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
@@ -207,8 +205,8 @@ def get_batch(data, ix):
 
 @torch.no_grad()
 def estimate_loss():
-    """Mean NLL at the final depth on the same batches each time. Runs on rank 0 only, so on the
-    raw model, not the DDP wrapper."""
+    """Mean NLL at the final depth on the same batches each time, printed and returned. Runs on
+    rank 0 only, so on the raw model, not the DDP wrapper."""
     out, g, t0 = {}, torch.Generator().manual_seed(seed), time.time()
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
@@ -223,6 +221,7 @@ def estimate_loss():
                 t0 = time.time()
         out[split] = sum(losses) / len(losses)
     raw_model.train()
+    print(f"iter {iter_num}: train loss {out['train']:.4f}, val loss {out['val']:.4f}")
     return out
 
 def get_lr(it):  # linear warmup, then cosine decay to min_lr
@@ -285,8 +284,7 @@ if master:
 stop = []  # Ctrl-C / SIGTERM only ask to stop (request_stop)
 if eval_only:
     if master:
-        losses = estimate_loss()
-        print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+        estimate_loss()
     raise SystemExit
 if iter_num >= max_iters:
     at = f"{ckpt_path} is at iter {iter_num} and " if init_from == 'resume' else ''
@@ -340,7 +338,6 @@ while iter_num < max_iters:
         save_checkpoint()
     elif master and (iter_num % eval_interval == 0 or iter_num == max_iters):
         losses = estimate_loss()
-        print(f"iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
         if not math.isfinite(losses['val']):  # diverged: the next step's check stops every rank
             print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
         elif losses['val'] < best_val_loss or always_save_checkpoint:

@@ -215,7 +215,6 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'eval_max_docs_-1': (('eval.py', '--max_docs=-1'), ['max_docs=-1', 'max_docs >= 1']),
     'eval_block_size_-5': (('eval.py', '--block_size=-5'), ['block_size=-5', 'block_size >= 0']),
     'eval_suffix_start_-1': (('eval.py', '--suffix_start=-1'), ['suffix_start=-1', 'suffix_start >= 0']),
-    'eval_topic_threshold_-1': (('eval.py', '--topic_threshold=-1'), ['topic_threshold=-1.0', '>= 0']),
     'eval_thresholds_negative': (('eval.py', '--thresholds=(0.5,-1)'), ['thresholds=(0.5, -1)', 't >= 0']),
     'eval_thresholds_not_numbers': (('eval.py', "--thresholds=(0.5,'a')"), ["thresholds=(0.5, 'a')", 'float']),
     'eval_exit_kind': (('eval.py', '--exit_kind=entropy'), ["exit_kind='entropy'", 'maxprob', 'resid']),

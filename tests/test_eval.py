@@ -48,8 +48,8 @@ def test_depth_scan_and_early_exit():
     rows = torch.randint(0, 20, (6, 16), generator=torch.Generator().manual_seed(1))
     scan = ev.depth_scan(model, rows, 4)
     assert [s['k'] for s in scan] == [1, 2, 4, 8] and all(s['mean_depth'] == s['k'] for s in scan)
-    curve = ev.early_exit_curve(model, rows, scan, 4, 'maxprob', ev.DEFAULTS['maxprob'][0])
-    assert [c['threshold'] for c in curve] == list(ev.DEFAULTS['maxprob'][0])
+    curve = ev.early_exit_curve(model, rows, scan, 4, 'maxprob', ev.DEFAULTS['maxprob'])
+    assert [c['threshold'] for c in curve] == list(ev.DEFAULTS['maxprob'])
     for c in curve:
         assert 1 <= c['mean_depth'] <= 4 and c['uniform_nll'] > 0
     assert [s['k'] for s in ev.depth_scan(tiny(loops=(3,)), rows, 4)] == [1, 2, 3, 6]
@@ -113,20 +113,18 @@ def test_eval_json_report_and_html(tmp_path):
     page = (tmp_path / 'maps' / 'new' / 'depth.html').read_text()
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
-    assert '<svg' in page and '<polyline' in page
+    assert '<svg' not in page and 'Depth from the trained depth.' in page  # no chart: the token colouring
     assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page))  # '£' as itself,
     assert '\ufffd' not in page  # not as two replacement marks
 
-def test_depth_map_legend_names_only_what_the_model_has(tmp_path):
-    """An ACT model has no per-token exit curve: the chart's legend must not name one."""
+def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
+    """'£' is 2 byte tokens: one span, shown as itself, under the line naming the depth's source."""
     encode, decode, _ = ev.get_tokenizer('byte')
     tokens = [encode('costs \u00a35')]
-    report = dict(early_exit=[], depth_scan=[dict(mean_depth=2.0, nll=3.0)],
-                  depth_source='the ACT gate')
     ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens,
-                  torch.ones(1, 7, dtype=torch.long), decode, report)
+                  torch.ones(1, 7, dtype=torch.long), decode, 'the ACT gate')
     page = (tmp_path / 'act.html').read_text()
-    assert 'per-token exit' not in page and 'uniform depth' in page
+    assert 'Depth from the ACT gate.' in page
     assert '>\u00a3<' in page and '\ufffd' not in page  # one span for the character's 2 bytes
 
 def test_bad_input_is_one_line(tmp_path):

@@ -1,6 +1,7 @@
 """Tests for model.py: the tied loop, phantom gradient, multi-depth supervision, post-hoc exit, ACT,
 config validation, generation and checkpoint loading. Tiny float32 models on CPU; the file runs in seconds."""
 import math
+import warnings
 import weakref
 
 import pytest
@@ -1050,16 +1051,26 @@ def test_training_forward_compiles_in_one_graph(kw):
 @pytest.mark.parametrize("amx, avx512_bf16", [(False, False), (True, False), (False, True), (True, True)])
 def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypatch, amx, avx512_bf16):
     """dtype='' picks bf16 autocast on a CPU whose instructions make it fast, float32 on one that would
-    emulate it, and to decode; the line says which and why. CUDA: bf16; a dtype given is kept."""
+    emulate it, and to decode; the line says which and why, and the context autocasts to bf16 or not at
+    all. CUDA: bf16; a dtype given is kept."""
     monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: amx)
     monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: avx512_bf16)
+
+    def picked(*args, **kw):  # -> (dtype, line); the context matches the dtype
+        dtype, ctx, line = autocast_dtype(*args, **kw)
+        assert ctx.device == args[0].split(':')[0] and ctx.fast_dtype == torch.bfloat16
+        if ctx.device == 'cpu':  # (on a machine without CUDA, a cuda context disables itself)
+            assert ctx._enabled == (dtype == 'bfloat16')
+        return dtype, line
     has = ' and '.join(n for n, on in (('AMX', amx), ('avx512_bf16', avx512_bf16)) if on)
     want = ('bfloat16', f'bfloat16 autocast: this CPU has {has} instructions') if has else \
         ('float32', 'float32: this CPU has no bf16 instructions')
-    assert autocast_dtype('cpu') == autocast_dtype('cpu', '') == want
-    assert autocast_dtype('cuda') == autocast_dtype('cuda', decode=True) == \
-        ('bfloat16', 'bfloat16 autocast: the default on CUDA')
-    assert autocast_dtype('cpu', decode=True) == \
+    assert picked('cpu') == picked('cpu', '') == want
+    with warnings.catch_warnings():  # "CUDA is not available ... Disabling autocast"
+        warnings.simplefilter('ignore')
+        assert picked('cuda') == picked('cuda:1', decode=True) == \
+            ('bfloat16', 'bfloat16 autocast: the default on CUDA')
+    assert picked('cpu', decode=True) == \
         ('float32', 'float32: decoding on a CPU, a token at a time (bf16 autocast is slower)')
-    assert autocast_dtype('cpu', 'float32') == ('float32', 'float32: --dtype=float32')
-    assert autocast_dtype('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')
+    assert picked('cpu', 'float32') == ('float32', 'float32: --dtype=float32')
+    assert picked('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')
