@@ -37,8 +37,7 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     **{f'act-{hp}': (['config/cpu_act.py', *SCHEDULE, f'--halt_penalty={hp}'], None)
        for hp in (0.001, 0.003, 0.01)},
     'plain': (['config/cpu_plain.py', *SCHEDULE], None),
-    **{f'exit-{beta}': (['config/cpu_exit.py', *SCHEDULE, f'--exit_beta={beta}'], None)
-       for beta in (0.01, 0.1)},  # the learned exit distribution (Ouro's stage I)
+    'exit-0.1': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=0.1'], None),  # Ouro's stage I
     'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
@@ -282,7 +281,7 @@ def measure(name, seed):
     return out
 
 # ----------------------------------------------------------------------------- the findings
-FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.01', 'exit-0.1', 'exit-0.1-II']  # one shape
+FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II']  # one shape: [2][A x12][2]
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', *ACT_MODELS]
 PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
@@ -336,7 +335,8 @@ def k1_penalty(run):  # how much worse one iteration is than the best depth
 def policy_rows(runs, name, policy, base=None):
     """One row per threshold: compute, depth and NLL over the seeds, and the NLL minus the base
     model's own envelope at the same compute, seed by seed (< 0: the policy beats uniform depth)."""
-    per_seed = {s: r['val'][policy] for s, r in runs[name].items() if policy in r['val']}
+    per_seed = {s: r['val'][policy] for s, r in runs[name].items()
+                if policy in r['val'] and s in runs[base or name]}
     rows = []
     for i, first in enumerate(next(iter(per_seed.values()), [])):
         points = {s: p[i] for s, p in per_seed.items()}

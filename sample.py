@@ -21,7 +21,7 @@ top_k = 200  # 0 = off
 top_p = 1.0  # nucleus sampling; 1.0 = off
 repetition_penalty = 1.0
 n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
-exit_at = ''  # post-hoc per-token exit: '' (off), 'maxprob:0.9' or 'resid:0.05'
+exit_at = ''  # per-token exit: '' (off), 'maxprob:0.9', 'resid:0.05' or (exit gate) 'learned:0.5'
 show_depth = False  # colour each generated token by its loop depth (ACT gate, or exit_at)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu

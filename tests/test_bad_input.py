@@ -98,9 +98,9 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'),  # the byte 0xe9, in Python
                               ['--start', 'not UTF-8']),
     'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'),
-                           ["'maxprob:nan'", 'THRESHOLD >= 0']),
+                           ["'maxprob:nan'", 'T >= 0']),
     'sample_exit_at_resid_-1': (None, (*SAMPLE, '--exit_at=resid:-1'),
-                                ["'resid:-1'", 'THRESHOLD >= 0']),
+                                ["'resid:-1'", 'T >= 0']),
     'prepare_data_root_a_file': (edit('afile', '', under='.'),
                                  ('prepare.py', '--tokenizer=byte', '--mirror=nowhere',
                                   '--data_root=afile'),
