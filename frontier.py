@@ -283,7 +283,7 @@ def measure(name, seed):
 # ----------------------------------------------------------------------------- the findings
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II']  # one shape: [2][A x12][2]
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
-PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', *ACT_MODELS]
+PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *ACT_MODELS]
 PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
 
 def stats(values):
@@ -300,7 +300,8 @@ def verdict(diffs):
     mean, se = stats(diffs)
     if len(diffs) < 3:
         return f"not established ({len(diffs)} seeds)"
-    return ("**finding**" if abs(mean) > 2 * se else "not established") + f" ({mean / se:+.1f} SE)"
+    ratio = f" ({mean / se:+.1f} SE)" if se > 0 else ''
+    return ("**finding**" if abs(mean) > 2 * se else "not established") + ratio
 
 def paired(runs, a, b, value):
     """[a minus b, seed by seed, of value(run)] for the seeds both have."""
@@ -356,7 +357,11 @@ def tradeoff(runs, names):
                                                                        k1_penalty)),
                         ('single minus multi: NLL at k=1', paired(runs, 'single', 'multi', at(1))),
                         ('single minus multi: NLL at k=12', paired(runs, 'single', 'multi',
-                                                                   at(12)))]),
+                                                                   at(12))),
+                        ('exit-0.1 minus multi: NLL at k=12', paired(runs, 'exit-0.1', 'multi',
+                                                                     at(12))),
+                        ('exit-0.1 minus single: NLL at k=12', paired(runs, 'exit-0.1', 'single',
+                                                                      at(12)))]),
            "\nConfidence and the fixed point against k: the mean top probability and the mean "
            "relative residual |z_k - z_(k-1)| / |z_(k-1)| of the last step, at each fixed depth:\n"]
     rows = [[n, k, pm([at(k)(r) for r in runs[n].values()]),
@@ -411,7 +416,8 @@ def documents(runs, names):
             for n in names]
     return '\n'.join([
         "## 5. Padding, and 6b. the probes (Pearson r with the NLL), on the held-out documents\n",
-        table(['model', 'suffix masked', 'suffix unmasked', 'pad', *PROBES], rows)])
+        table(['model', 'suffix masked', 'suffix unmasked', 'pad',
+               *[p.replace('|z|', 'norm of z') for p in PROBES]], rows)])  # (a '|' splits a cell)
 
 def act_depths(runs, names):
     out = ["## 7. ACT: loop depth per topic and per character class\n"]
@@ -446,7 +452,8 @@ def sft(runs, names):
                ('suffix unmasked', lambda r: r['sft']['suffix']['unmasked']),
                ('topics docs, real tokens', lambda r: r['docs']['nll'])]
     ranks = [[s, what, ' < '.join(sorted(names, key=lambda n: f(runs[n][s])))]
-             for s in sorted(runs[names[0]]) for what, f in metrics[:2]]
+             for s in sorted(set.intersection(*[set(runs[n]) for n in names]))
+             for what, f in metrics[:2]]
     topics = metrics[4][1]
     return '\n'.join([
         "## 8. SFT on held-out samples, and the ranking flip\n",

@@ -250,11 +250,14 @@ class ExitGate(nn.Module):
         nn.init.zeros_(self.gate.weight)
         nn.init.zeros_(self.gate.bias)
 
+    def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
+        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
+
     def distribution(self, states):
         """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
         p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
         for z in states:
-            lam = torch.sigmoid(self.gate(z).float()).squeeze(-1)
+            lam = self.lam(z)
             p.append(survive * lam)
             survive = survive * (1 - lam)
         return torch.stack(p + [survive])
@@ -281,7 +284,7 @@ class ExitGate(nn.Module):
         def stop(i, z, **_):
             if i + 1 not in self.c.supervise:  # no gate between supervised depths
                 return torch.zeros_like(survive[0], dtype=torch.bool)
-            survive[0] = survive[0] * (1 - torch.sigmoid(self.gate(z).float()).squeeze(-1))
+            survive[0] = survive[0] * (1 - self.lam(z))
             return 1 - survive[0] >= q
         return stop
 

@@ -680,6 +680,30 @@ def test_exit_loss_with_a_constant_gate_matches_a_hand_computation():
     assert m.exit_gate.gate.bias.grad.abs() > 0  # the gate learns from the loss
 
 
+def test_stage_two_loss_is_the_gates_cross_entropy_against_too_small_gains():
+    """With a margin (Ouro's stage II) the loss is the BCE of each lambda_t against 'stop here':
+    the next supervised depth improves the token's NLL by less than the margin."""
+    m = exit_model().train()
+    with torch.no_grad():
+        m.exit_gate.gate.bias.fill_(0.7)
+    m.exit_gate.margin = 0.01
+    idx, tgt = batch()
+    loss = m(idx, tgt)[1]
+    with torch.no_grad():
+        nll = [F.cross_entropy(m(idx, n_loops=d)[0].flatten(0, 1), tgt.flatten(), reduction='none')
+               for d in (1, 2, 4)]
+    lam = torch.sigmoid(torch.tensor(0.7))
+    expected = 0
+    for now, later in zip(nll[:-1], nll[1:]):
+        stop = (now - later < 0.01).float()
+        expected = expected - (stop * lam.log() + (1 - stop) * (1 - lam).log())
+    assert loss.item() == pytest.approx(expected.mean().item(), rel=1e-5)
+    loss.backward()
+    assert m.exit_gate.gate.bias.grad.abs() > 0
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for n, p in m.named_parameters()
+               if 'exit_gate' not in n)  # the language model gets no gradient from it
+
+
 @pytest.mark.parametrize("q,depth", [(0.3, 1), (0.55, 1), (0.7, 2), (0.9, 4), (1.0, 4)])
 def test_learned_exit_stops_where_the_cumulative_probability_reaches_q(q, depth):
     """lambda = 0.6 at each gate: the cumulative exit probability is 0.6 after depth 1, 0.84 after 2."""
