@@ -175,17 +175,17 @@ def save_run(out_dir, iter_num, max_iters):  # the keys of a checkpoint that fro
 
 def test_a_run_that_stopped_early_is_resumed_not_measured(trainer, tmp_path, capsys):
     calls, _ = trainer
+    save_run(tmp_path / 'runs' / 'single-s1', 750, 750)  # finished: measured as it is
     save_run(tmp_path / 'runs' / 'sft-s1', 51, 600)  # Ctrl-C at iter 51 of 600
     frontier.train('sft', 1)
     assert len(calls) == 1 and calls[0][-1] == '--init_from=resume'
     assert not any('--init_from=' in a and 'resume' not in a for a in calls[0])  # not fine-tuned anew
     assert f"resuming {tmp_path / 'runs' / 'sft-s1'} (it stopped at iter 51 of 600)" in capsys.readouterr().out
-    save_run(tmp_path / 'runs' / 'single-s1', 750, 750)
     frontier.train('single', 1)
-    assert len(calls) == 1  # a finished run is measured as it is
-    frontier.train('sft', 2)
-    assert f"--init_from={tmp_path / 'runs' / 'single-s2'}" in calls[1]  # its own seed's PT run
-    assert '--seed=2' in calls[1]
+    assert len(calls) == 1
+    frontier.train('sft', 2)  # its own seed's PT run first, then the fine-tuning from it
+    assert '--seed=2' in calls[1] and calls[1][-1].endswith('single-s2')
+    assert f"--init_from={tmp_path / 'runs' / 'single-s2'}" in calls[2]
 
 
 def test_a_failed_training_is_one_line(trainer, tmp_path):
