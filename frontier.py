@@ -39,6 +39,8 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'plain': (['config/cpu_plain.py', *SCHEDULE], None),
     'exit-0.1': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=0.1'], None),  # Ouro's stage I
     'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
+    'exit-10': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10'], None),  # a control: beta so
+    # large that p stays uniform, multi-depth supervision with the gate's gradient into the states
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
@@ -281,9 +283,9 @@ def measure(name, seed):
     return out
 
 # ----------------------------------------------------------------------------- the findings
-FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II']  # one shape: [2][A x12][2]
+FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', 'exit-10']  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
-PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *ACT_MODELS]
+PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', 'exit-10', *ACT_MODELS]
 PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
 
 def stats(values):
@@ -361,7 +363,11 @@ def tradeoff(runs, names):
                         ('exit-0.1 minus multi: NLL at k=12', paired(runs, 'exit-0.1', 'multi',
                                                                      at(12))),
                         ('exit-0.1 minus single: NLL at k=12', paired(runs, 'exit-0.1', 'single',
-                                                                      at(12)))]),
+                                                                      at(12))),
+                        ('exit-10 minus multi: NLL at k=12', paired(runs, 'exit-10', 'multi',
+                                                                    at(12))),
+                        ('exit-0.1 minus exit-10: NLL at k=12', paired(runs, 'exit-0.1', 'exit-10',
+                                                                       at(12)))]),
            "\nConfidence and the fixed point against k: the mean top probability and the mean "
            "relative residual |z_k - z_(k-1)| / |z_(k-1)| of the last step, at each fixed depth:\n"]
     rows = [[n, k, pm([at(k)(r) for r in runs[n].values()]),
