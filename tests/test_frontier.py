@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import ENV, REPO, make_data, ok, run
+from harness import REPO, make_data, ok, run
 import frontier
 from model import GPT, GPTConfig
 
