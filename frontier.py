@@ -41,6 +41,9 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
     'exit-10': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10'], None),  # a control: beta so
     # large that p stays uniform, multi-depth supervision with the gate's gradient into the states
+    # what makes exit-10 train better (results/depth): multi-depth supervision plus a depth signal
+    **{signal: (['config/cpu_multi.py', *SCHEDULE, f'--depth_signal={signal}'], None)
+       for signal in ('probe', 'embed', 'inject')},
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),

@@ -31,6 +31,7 @@ class GPTConfig:
     halt_penalty: float = 0.01
     exit_gate: bool = False     # a learned exit distribution over the supervised depths (Ouro)
     exit_beta: float = 0.05     # its entropy bonus: keeps the distribution from collapsing
+    depth_signal: str = ''      # how the tied block learns its depth: 'probe', 'embed', 'inject'
     dropout: float = 0.0
     bias: bool = False
 
@@ -46,7 +47,9 @@ RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < al
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
          'not (act and phantom)', 'not (act and supervise)', 'exit_beta >= 0',
-         'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)']
+         'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)',
+         "depth_signal in ('', 'probe', 'embed', 'inject')",
+         "depth_signal != 'probe' or any(d < sum(loops) for d in supervise)"]
 
 class KVCache:
     """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
@@ -154,15 +157,23 @@ class Loop(nn.Module):
         if c.act:
             # the halting gate starts at h = sigmoid(-3) = 0.047 a step: tokens run to the maximum
             # (a gate starting at h = 0.5 halts all after 2 steps: it never sees depth pay)
-            self.gate = nn.Linear(c.n_embd, 1)
-            nn.init.zeros_(self.gate.weight)
+            self.gate = zero_linear(c.n_embd, 1)
             nn.init.constant_(self.gate.bias, -3.0)
+        if c.depth_signal == 'embed':  # a learned vector per iteration, added to the block's input
+            self.embed = nn.Parameter(torch.zeros(max(c.loops), c.n_embd))
 
     def alpha(self):
         return torch.sigmoid(self.alpha_logit)
 
-    def step(self, z, cache=None, slot=None):
-        return z + self.alpha() * (self.block(z, cache, slot) - z)
+    def step(self, z, i, e, cache=None, segment=0):
+        """Iteration i: z <- z + alpha * (block(x) - x), the block's update from its input x = z;
+        with depth_signal, x = z + the iteration's embedding, or + the segment's input e."""
+        x = z
+        if self.c.depth_signal == 'embed':
+            x = z + self.embed[min(i, len(self.embed) - 1)]  # deeper than trained: the last one
+        elif self.c.depth_signal == 'inject':  # Huginn's input injection, as a sum
+            x = z + e
+        return z + self.alpha() * (self.block(x, cache, (segment, i)) - x)
 
     def forward(self, z, k, stop=None, cache=None, segment=0):
         """-> (z after the loop, Run). stop: None (every token runs k steps) or a stop rule, called
@@ -182,14 +193,14 @@ class Loop(nn.Module):
         z_in, z_prev, states = z, z, []
         for i in range(n_free):
             with torch.no_grad():
-                z_prev, z = z, self.step(z, cache, (segment, i))
+                z_prev, z = z, self.step(z, i, z_in, cache, segment)
             # their Jacobian counts as the identity: a straight-through path from the segment's
             # input, so the prelude and embeddings still get a gradient (naive phantom gives none)
             z = z_in + (z - z_in).detach()
             if keep:
                 states.append(z)
         for i in range(n_free, k):
-            z_prev, z = z, self.step(z, cache, (segment, i))
+            z_prev, z = z, self.step(z, i, z_in, cache, segment)
             if keep:
                 states.append(z)
         moved = resid = torch.zeros(z.shape[:2], device=z.device)
@@ -200,7 +211,7 @@ class Loop(nn.Module):
     def per_token(self, z, k, stop, cache=None, segment=0):
         """Per-token depth, the frozen-state protocol: a stopped token's state is frozen; the
         others still attend to it."""
-        running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
+        e, running = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
         moved = torch.zeros_like(resid)
@@ -211,7 +222,7 @@ class Loop(nn.Module):
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
                 break
-            z_new = self.step(z, cache, (segment, i))
+            z_new = self.step(z, i, e, cache, segment)
             step, r = residual(z_new, z)
             moved = torch.where(running, step, moved)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
@@ -224,9 +235,9 @@ class Loop(nn.Module):
         """Per-token depth for one new token in cached decoding: no other token is frozen or
         masked, so the loop just ends where stop says, and the cache marks the iterations it
         skipped. The same stop rules and result as per_token, without its bookkeeping."""
-        running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
+        e, running = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         for i in range(k):
-            z_new = self.step(z, cache, (segment, i))
+            z_new = self.step(z, i, e, cache, segment)
             moved, resid = residual(z_new, z)
             z = z_new
             if stop(i=i, z=z, resid=resid, running=running):
@@ -246,9 +257,7 @@ class ExitGate(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.c = c
-        self.gate = nn.Linear(c.n_embd, 1)  # zeros: lambda = 0.5 everywhere at the start
-        nn.init.zeros_(self.gate.weight)
-        nn.init.zeros_(self.gate.bias)
+        self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
 
     def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
         return torch.sigmoid(self.gate(z).float()).squeeze(-1)
@@ -308,6 +317,14 @@ class Halting:
         self.cum = self.cum + p  # a halted token's sum is 1: it runs no more steps
         return halt
 
+def zero_linear(n_in, n_out):
+    """A linear layer of zeros, made without drawing a random number: a model with a gate or probe
+    at seed s starts from the same shared weights as the same model without it."""
+    layer = nn.utils.skip_init(nn.Linear, n_in, n_out)
+    nn.init.zeros_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer
+
 @torch.no_grad()
 def residual(z_new, z):
     """-> |z_k - z_(k-1)| per token (how far the state still moves: a probe), and the same relative
@@ -329,13 +346,15 @@ class GPT(nn.Module):
         self.segments = nn.ModuleList(Loop(c) for _ in c.loops)
         self.coda = nn.ModuleList(Block(c) for _ in range(c.n_coda))
         self.exit_gate = ExitGate(c) if c.exit_gate else None
+        if c.depth_signal == 'probe':  # reads which supervised depth (or the last) a state is at
+            self.depth_probe = zero_linear(c.n_embd, len(c.supervise) + 1)
         self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying
         # GPT-2 init; residual projections scaled down by the number of distinct layers
         proj_std = 0.02 / math.sqrt(2 * max(c.n_prelude + len(c.loops) + c.n_coda, 1))
         for name, p in self.named_parameters():
-            if 'gate' in name:  # the ACT gate and the exit gate keep their own init
+            if any(own in name for own in ('gate', 'probe', 'embed')):  # these start at zero
                 continue
             if p.dim() >= 2:
                 nn.init.normal_(p, 0.0, proj_std if name.endswith('proj.weight') else 0.02)
@@ -400,6 +419,8 @@ class GPT(nn.Module):
                 nlls = torch.stack([self.loss(d_logits, targets, 'none') for d_logits in every])
                 gated = [states[d - 1] for d in depths]
                 loss = self.exit_gate.loss(gated, nlls.view(-1, B, T), targets != -1)
+            if self.config.depth_signal == 'probe' and self.training:
+                loss = loss + self.probe_loss([states[d - 1] for d in depths] + [z])
         ponder = ponder.mean() if self.config.act else None  # ACT: mean ponder cost per token
         if self.config.act and targets is not None:
             loss = loss + self.config.halt_penalty * ponder
@@ -410,6 +431,13 @@ class GPT(nn.Module):
             depth, resid, moved = depth + run.depth, run.resid, run.moved
         info = dict(depth=depth, losses=losses, ponder=ponder, resid=resid, moved=moved)
         return logits, loss, info
+
+    def probe_loss(self, states):
+        """depth_signal='probe': a linear probe must tell from each state which of the supervised
+        depths it is at (cross-entropy); its gradient writes the iteration count into the state."""
+        logits = torch.stack([self.depth_probe(z).float() for z in states])  # (depths, B, T, n)
+        labels = torch.arange(len(states), device=logits.device).view(-1, 1, 1)
+        return F.cross_entropy(logits.flatten(0, 2), labels.expand(logits.shape[:3]).flatten())
 
     def readout(self, z, cache=None, check=None):
         """coda + final LN + head: the logits a state z gives if the loop stops here. check:

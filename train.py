@@ -48,6 +48,7 @@ act = False  # the ACT halting gate, its ponder cost weighed by halt_penalty
 halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
+depth_signal = ''  # how the tied block learns its depth: 'probe', 'embed' or 'inject' (GUIDE)
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
@@ -178,6 +179,9 @@ raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':
     optimizer.load_state_dict(ckpt['optimizer'])
+heads = ('gate', 'probe')  # small readers of the states, beside the language model
+clip_groups = [[p for n, p in raw_model.named_parameters() if any(h in n for h in heads) == gate]
+               for gate in (False, True)]
 ckpt = None
 if compile:
     print("compiling the model... (takes a minute)")
@@ -325,8 +329,10 @@ while iter_num < max_iters:
         raise SystemExit(f"error: loss is {lossf} at iter {iter_num + 1} (last good loss "
                          f"{last_loss}); alphas {raw_model.alphas()}. Lower --learning_rate or "
                          f"--alpha_init; {ckpt_path} was not overwritten.")
-    if grad_clip != 0.0:
-        torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip)
+    if grad_clip != 0.0:  # the gates and the probe on their own norm, so that their early
+        # gradient (norm ~9 for the exit gate) does not scale down the language model's whole step
+        for group in clip_groups:
+            torch.nn.utils.clip_grad_norm_(group, grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     iter_num, last_loss = iter_num + 1, lossf

@@ -73,8 +73,8 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
     states = [z.clone()]
     if not m.config.act and exit is None:
         zs = [z]
-        for _ in range(k):
-            zs.append(seg.step(zs[-1]))
+        for i in range(k):
+            zs.append(seg.step(zs[-1], i, z))
         states += [s.detach().clone() for s in zs[1:]]
         out, run = seg(z, k)
         assert torch.allclose(out, zs[-1], atol=1e-6)
@@ -1098,3 +1098,76 @@ def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypat
         ('float32', 'float32: decoding on a CPU, a token at a time (bf16 autocast is slower)')
     assert picked('cpu', 'float32') == ('float32', 'float32: --dtype=float32')
     assert picked('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')
+
+
+# ---------------------------------------------------------------- issue 31: depth signals, draws
+@pytest.mark.parametrize("extra", [dict(exit_gate=True, supervise=(1,)), dict(act=True),
+                                   dict(depth_signal='probe', supervise=(1,)),
+                                   dict(depth_signal='embed'), dict(depth_signal='inject')])
+def test_gates_and_depth_signals_leave_the_shared_weights_as_drawn(extra):
+    """A model with a gate, probe or embedding at seed s starts from the very weights of the same
+    model without it: their modules draw no random numbers, and start at zero."""
+    plain = make(seed=3).state_dict()
+    other = make(seed=3, **extra).state_dict()
+    for name, w in plain.items():
+        assert torch.equal(w, other[name]), name
+    new = [n for n in other if n not in plain]
+    assert all(torch.count_nonzero(other[n]) == 0 for n in new if 'gate.bias' not in n)
+    assert new or extra.get('depth_signal') == 'inject'  # (inject adds no parameter)
+
+
+def test_depth_signal_off_by_default_and_in_no_study_config():
+    assert GPTConfig().depth_signal == ''
+    import glob
+    for path in glob.glob('config/v*.py') + ['config/cpu_single.py', 'config/cpu_multi.py']:
+        assert 'depth_signal' not in open(path).read(), path
+
+
+def test_embed_and_inject_step_math():
+    """step: z + alpha * (block(x) - x), x = z + embed[i] ('embed') or z + e ('inject')."""
+    x, _ = batch()
+    for signal in ('embed', 'inject'):
+        m = make(depth_signal=signal).eval()
+        seg = m.segments[0]
+        if signal == 'embed':
+            torch.nn.init.normal_(seg.embed)
+        with torch.no_grad():
+            e = z = embed(m, x)
+            for i in range(3):
+                u = z + (seg.embed[i] if signal == 'embed' else e)
+                z = z + seg.alpha() * (seg.block(u) - u)
+            want = m.head(m.ln_f(m.coda[0](z)))
+            got = m(x)[0]
+        torch.testing.assert_close(got, want)
+    # deeper than trained, 'embed' reuses its last vector
+    m = make(depth_signal='embed').eval()
+    assert m(x, n_loops=5)[0].isfinite().all()
+
+
+def test_probe_loss_is_the_cross_entropy_of_telling_the_depths_apart():
+    x, y = batch()
+    m = make(depth_signal='probe', supervise=(1, 2))
+    torch.nn.init.normal_(m.depth_probe.weight)
+    _, loss, info = m(x, y)
+    base = sum(info['losses'].values()) / 3
+    z = embed(m, x)
+    states = []
+    for _ in range(3):
+        z = step(m.segments[0], z)
+        states.append(z)
+    probe = [F.cross_entropy(m.depth_probe(s).flatten(0, 1), torch.full((x.numel(),), j))
+             for j, s in enumerate(states)]
+    torch.testing.assert_close(loss, base + sum(probe) / 3)
+    loss.backward()
+    assert m.depth_probe.weight.grad.abs().sum() > 0
+    assert m.segments[0].block.attn.qkv.weight.grad.abs().sum() > 0
+    m.eval()  # evaluation: the language model's loss alone
+    _, loss, info = m(x, y)
+    torch.testing.assert_close(loss, info['losses'][3])
+
+
+def test_depth_signal_rules():
+    with pytest.raises(ValueError, match="depth_signal"):
+        cfg(depth_signal='probes')
+    with pytest.raises(ValueError, match="depth_signal"):
+        cfg(depth_signal='probe')  # no supervised depth to tell apart
