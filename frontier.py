@@ -286,9 +286,11 @@ def measure(name, seed):
     return out
 
 # ----------------------------------------------------------------------------- the findings
-FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', 'exit-10']  # one shape
+DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject']  # multi-depth supervision + a depth signal
+FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
-PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', 'exit-10', *ACT_MODELS]
+PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
+             *ACT_MODELS]
 PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
 
 def stats(values):
@@ -378,6 +380,18 @@ def tradeoff(runs, names):
              pm([r['val']['fixed'][k - 1]['resid'] for r in runs[n].values()], 4)]
             for n in names[:2] for k in range(1, 13)]
     return '\n'.join(out + [table(['model', 'k', 'NLL', 'mean maxprob', 'mean residual'], rows)])
+
+def depth_signals(runs, names):
+    """What makes exit-10 train better: each arm is multi-depth supervision plus one way for the
+    tied block to know its depth, paired by seed with multi, single and exit-10."""
+    ks = [1, 2, 4, 8, 12]
+    rows = [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]] for n in names]
+    named = [(f"{n} minus {base}: NLL at k={k}", paired(runs, n, base, at(k)))
+             for n in names if n not in ('single', 'multi')
+             for base in ('multi', 'single', 'exit-10') if base != n for k in (1, 12)]
+    return '\n'.join(["## 10. What makes the exit gate's model train better: depth signals\n",
+                      table(['model', *[f'k={k}' for k in ks]], rows),
+                      differences(named)])
 
 EXIT_HEADER = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minus own envelope',
                'verdict']
@@ -501,6 +515,8 @@ def findings(runs):
               act_depths(runs, have(ACT_MODELS))]
     if have(SFT_MODELS) == SFT_MODELS:
         parts.append(sft(runs, SFT_MODELS))
+    if have(DEPTH_MODELS[1:]) and runs.get('multi'):  # (results/seeds has exit-10 only)
+        parts.append(depth_signals(runs, have(['single', 'multi', *DEPTH_MODELS])))
     return '\n'.join(parts)
 
 def ticks(lo, hi, n=5):

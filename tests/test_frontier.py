@@ -205,7 +205,8 @@ def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
     monkeypatch.setattr(frontier, 'results', 'results/seeds')
     runs = {name: {seed: json.loads((REPO / 'results/seeds/runs' / f'{name}-s{seed}.json').read_text())
-                   for seed in frontier.seeds} for name in frontier.MODELS}
+                   for seed in frontier.seeds} for name in frontier.MODELS
+            if (REPO / 'results/seeds/runs' / f'{name}-s1.json').exists()}
     assert frontier.findings(runs) == (REPO / 'results/seeds/findings.md').read_text()
 
 

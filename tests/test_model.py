@@ -1171,3 +1171,34 @@ def test_depth_signal_rules():
         cfg(depth_signal='probes')
     with pytest.raises(ValueError, match="depth_signal"):
         cfg(depth_signal='probe')  # no supervised depth to tell apart
+
+
+@pytest.mark.parametrize("signal", ["embed", "inject"])
+def test_depth_signals_work_with_exits_act_and_the_cache(signal):
+    """A depth signal changes only the block's input: per-token exits, ACT and cached decoding
+    still follow their rules (cache = re-encoding at a fixed depth; ACT's depths in range)."""
+    x, y = batch()
+    m = make(depth_signal=signal, loops=(4,)).eval()
+    if signal == 'embed':
+        torch.nn.init.normal_(m.segments[0].embed, std=0.5)
+    with torch.no_grad():
+        _, _, info = m(x, exit=('resid', 0.5))
+        assert info['depth'].min() >= 1 and info['depth'].max() <= 4
+        a = m.generate(x[:1, :4], 6, top_k=1, kv_cache=True)
+        b = m.generate(x[:1, :4], 6, top_k=1, kv_cache=False)
+    assert torch.equal(a, b)
+    act = make(depth_signal=signal, act=True, loops=(4,))
+    _, loss, info = act(x, y)
+    loss.backward()
+    assert info['depth'].min() >= 1 and info['depth'].max() <= 4 and info['ponder'] is not None
+
+
+def test_probe_trains_beside_the_exit_gate():
+    x, y = batch()
+    m = make(depth_signal='probe', exit_gate=True, supervise=(1, 2))
+    _, loss, _ = m(x, y)
+    loss.backward()
+    assert m.depth_probe.weight.grad.abs().sum() > 0 and m.exit_gate.gate.weight.grad is not None
+    with torch.no_grad():
+        _, _, info = m.eval()(x, exit=('learned', 0.5))
+    assert info['depth'].min() >= 1
