@@ -7,6 +7,7 @@ $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
+$ python frontier.py --results=results/depth --models=exit-10,probe,embed,inject,multi,single --jobs=2
 A finished run is never trained again (one that stopped early is resumed: never measured
 half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
 campaign finished trains nothing and writes the same tables from those files.
@@ -21,6 +22,7 @@ import math
 import html
 import string
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -50,6 +52,7 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
 }
 seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights and batch order)
 models = ''  # '' = all of MODELS; or some, comma-separated: 'single,multi'
+jobs = 1  # runs trained and measured at a time, each on one thread (2 on a 2-core machine)
 runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
 results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
@@ -63,7 +66,7 @@ eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
 _valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", 'len(seeds) >= 1',
-          'stage_two_steps >= 1',
+          'stage_two_steps >= 1', 'jobs >= 1',
           "set(models.split(',')) <= set(MODELS) or models == ''"]
 
 def run_dir(name, seed):
@@ -284,6 +287,22 @@ def measure(name, seed):
     os.replace(path + '.tmp', path)  # whole or not at all: a half-written file is never read
     print(f"measured {name} seed {seed}: {path}", flush=True)
     return out
+
+def campaign(names):
+    """-> name -> seed -> measurements, `jobs` runs at a time, each on one thread. First the runs
+    that others start from (two jobs never train one run), then every measurement."""
+    if jobs > 1:  # one thread each: two jobs on two threads each fight for the cores
+        torch.set_num_threads(1)
+        os.environ['OMP_NUM_THREADS'] = '1'  # (the train.py processes)
+    done = lambda name, seed: os.path.exists(os.path.join(results, 'runs', f'{name}-s{seed}.json'))
+    first = [(n, s) for s in seeds for n in dict.fromkeys([MODELS[n][1] or n for n in names])
+             if any(MODELS[m][1] == n or m == n for m in names if not done(m, s))
+             and MODELS[n][0] is not None and MODELS[n][1] is None]
+    with ThreadPoolExecutor(jobs) as pool:
+        list(pool.map(lambda run: train(*run), first))
+        out = dict(zip([(n, s) for s in seeds for n in names],
+                       pool.map(lambda run: measure(*run), [(n, s) for s in seeds for n in names])))
+    return {n: {s: out[n, s] for s in seeds} for n in names}
 
 # ----------------------------------------------------------------------------- the findings
 DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject']  # multi-depth supervision + a depth signal
@@ -601,10 +620,7 @@ if __name__ == '__main__':
     for data_dir in (TOPICS, SFT):  # before hours of training: is the data there? (else: how)
         load_meta(data_dir)
     names = models.split(',') if models else list(MODELS)
-    measured = {name: {} for name in names}  # name -> seed -> measurements
-    for seed in seeds:
-        for name in names:
-            measured[name][seed] = measure(name, seed)
+    measured = campaign(names)
     for name, text in (('findings.md', findings(measured)), ('frontier.svg', chart(measured))):
         with open(os.path.join(results, name), 'w') as f:
             f.write(text)

@@ -124,7 +124,7 @@ def test_campaign_on_tiny_models(tmp_path):
              '--eval_iters=1 --device=cpu --warmup_iters=1 --lr_decay_iters=2')
     args = ['--models=single,multi,act-0.003,exit-0.1,exit-0.1-II,plain,sft,sft-nopad,plain-sft',
             '--seeds=(1,2)', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4',
-            '--stage_two_steps=3']
+            '--stage_two_steps=3', '--jobs=2']
     out = ok(run(tmp_path, 'frontier.py', *args))
     assert out.count('training out-frontier/runs/') == 16  # each model, at each seed, once
     assert not (tmp_path / 'results').exists()  # results/seeds/ is written only when asked
