@@ -7,7 +7,8 @@ $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
-$ python frontier.py --results=results/depth --models=exit-10,probe,embed,inject,multi,single --jobs=2
+$ python frontier.py --results=results/depth --jobs=2 \
+      --models=exit-10,probe,embed,inject,multi,single   # what makes exit-10 better (RESULTS.md)
 A finished run is never trained again (one that stopped early is resumed: never measured
 half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
 campaign finished trains nothing and writes the same tables from those files.
