@@ -8,7 +8,7 @@ $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
 $ python frontier.py --results=results/depth --jobs=2 \
-      --models=exit-10,probe,embed,inject,multi,single   # what makes exit-10 better (RESULTS.md)
+      --models=exit-10,probe,embed,inject,warmup,multi,single  # what makes exit-10 better
 A finished run is never trained again (one that stopped early is resumed: never measured
 half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
 campaign finished trains nothing and writes the same tables from those files.
@@ -47,6 +47,8 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     # what makes exit-10 train better (results/depth): multi-depth supervision plus a depth signal
     **{signal: (['config/cpu_multi.py', *SCHEDULE, f'--depth_signal={signal}'], None)
        for signal in ('probe', 'embed', 'inject')},
+    # a control: the gate's early gradient shrinks the LM's clipped step, like a longer warmup
+    'warmup': (['config/cpu_multi.py', *SCHEDULE, '--warmup_iters=300'], None),
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
@@ -306,7 +308,7 @@ def campaign(names):
     return {n: {s: out[n, s] for s in seeds} for n in names}
 
 # ----------------------------------------------------------------------------- the findings
-DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject']  # multi-depth supervision + a depth signal
+DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup']  # multi + one change each
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
@@ -402,14 +404,15 @@ def tradeoff(runs, names):
     return '\n'.join(out + [table(['model', 'k', 'NLL', 'mean maxprob', 'mean residual'], rows)])
 
 def depth_signals(runs, names):
-    """What makes exit-10 train better: each arm is multi-depth supervision plus one way for the
-    tied block to know its depth, paired by seed with multi, single and exit-10."""
+    """What makes exit-10 train better: each arm is multi-depth supervision plus one change (a
+    way for the tied block to know its depth, or a longer warmup), paired by seed with multi,
+    single and exit-10."""
     ks = [1, 2, 4, 8, 12]
     rows = [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]] for n in names]
     named = [(f"{n} minus {base}: NLL at k={k}", paired(runs, n, base, at(k)))
              for n in names if n not in ('single', 'multi')
              for base in ('multi', 'single', 'exit-10') if base != n for k in (1, 12)]
-    return '\n'.join(["## 10. What makes the exit gate's model train better: depth signals\n",
+    return '\n'.join(["## 10. What makes the exit gate's model train better\n",
                       table(['model', *[f'k={k}' for k in ks]], rows),
                       differences(named)])
 
