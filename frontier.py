@@ -32,6 +32,7 @@ from model import load_checkpoint
 from prepare import check_output, load_meta, load_tokens, sft_targets
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
+WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU
 MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the same shape and data
     'single': (['config/cpu_single.py', *SCHEDULE], None),
     'multi': (['config/cpu_multi.py', *SCHEDULE], None),
@@ -49,6 +50,13 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
        for signal in ('probe', 'embed', 'inject')},
     # a control: the gate's early gradient shrinks the LM's clipped step, like a longer warmup
     'warmup': (['config/cpu_multi.py', *SCHEDULE, '--warmup_iters=300'], None),
+    # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
+    **{f'{name}-1500': ([config, *args], None) for name, config, args in (
+        ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
+        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']))},
+    **{f'{name}-wide': ([config, *SCHEDULE, *args, *WIDE], None) for name, config, args in (
+        ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
+        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']))},
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
@@ -403,18 +411,18 @@ def tradeoff(runs, names):
             for n in names[:2] for k in range(1, 13)]
     return '\n'.join(out + [table(['model', 'k', 'NLL', 'mean maxprob', 'mean residual'], rows)])
 
-def depth_signals(runs, names):
+def depth_signals(runs, suffix=''):
     """What makes exit-10 train better: each arm is multi-depth supervision plus one change (a
     way for the tied block to know its depth, or a longer warmup), paired by seed with multi,
-    single and exit-10."""
+    single and exit-10 of the same schedule (suffix: '', '-1500' or '-wide')."""
+    names = [n + suffix for n in ['single', 'multi', *DEPTH_MODELS] if runs.get(n + suffix)]
     ks = [1, 2, 4, 8, 12]
     rows = [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]] for n in names]
+    bases = [base + suffix for base in ('multi', 'single', 'exit-10')]
     named = [(f"{n} minus {base}: NLL at k={k}", paired(runs, n, base, at(k)))
-             for n in names if n not in ('single', 'multi')
-             for base in ('multi', 'single', 'exit-10') if base != n for k in (1, 12)]
-    return '\n'.join(["## 10. What makes the exit gate's model train better\n",
-                      table(['model', *[f'k={k}' for k in ks]], rows),
-                      differences(named)])
+             for n in names if n not in bases[:2] for base in bases if base != n for k in (1, 12)]
+    return '\n'.join([f"## 10. What makes the exit gate's model train better {suffix[1:]}\n",
+                      table(['model', *[f'k={k}' for k in ks]], rows), differences(named)])
 
 EXIT_HEADER = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minus own envelope',
                'verdict']
@@ -539,7 +547,9 @@ def findings(runs):
     if have(SFT_MODELS) == SFT_MODELS:
         parts.append(sft(runs, SFT_MODELS))
     if have(DEPTH_MODELS[1:]) and runs.get('multi'):  # (results/seeds has exit-10 only)
-        parts.append(depth_signals(runs, have(['single', 'multi', *DEPTH_MODELS])))
+        parts.append(depth_signals(runs))
+    parts += [depth_signals(runs, suffix) for suffix in ('-1500', '-wide')
+              if runs.get('multi' + suffix) and runs.get('exit-10' + suffix)]
     return '\n'.join(parts)
 
 def ticks(lo, hi, n=5):
