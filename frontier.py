@@ -419,8 +419,10 @@ def depth_signals(runs, suffix=''):
     ks = [1, 2, 4, 8, 12]
     rows = [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]] for n in names]
     bases = [base + suffix for base in ('multi', 'single', 'exit-10')]
-    named = [(f"{n} minus {base}: NLL at k={k}", paired(runs, n, base, at(k)))
-             for n in names if n not in bases[:2] for base in bases if base != n for k in (1, 12)]
+    values = [('NLL at k=1', at(1)), ('NLL at k=12', at(12)), ('the k=1 penalty', k1_penalty)]
+    named = [(f"{n} minus {base}: {what}", paired(runs, n, base, value))
+             for n in names if n not in bases[:2] for base in bases if base != n
+             for what, value in values]
     return '\n'.join([f"## 10. What makes the exit gate's model train better {suffix[1:]}\n",
                       table(['model', *[f'k={k}' for k in ks]], rows), differences(named)])
 

@@ -203,15 +203,16 @@ def test_unknown_model_is_a_one_line_error(tmp_path):
 def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     """results/seeds/findings.md is frontier.findings of the committed runs/*.json: a rerun of
     `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
-    monkeypatch.setattr(frontier, 'results', 'results/seeds')
-    runs = {name: {seed: json.loads((REPO / 'results/seeds/runs' / f'{name}-s{seed}.json').read_text())
-                   for seed in frontier.seeds} for name in frontier.MODELS
-            if (REPO / 'results/seeds/runs' / f'{name}-s1.json').exists()}
-    assert frontier.findings(runs) == (REPO / 'results/seeds/findings.md').read_text()
+    for folder in ('results/seeds', 'results/depth'):
+        monkeypatch.setattr(frontier, 'results', folder)
+        runs = {name: {seed: json.loads((REPO / folder / 'runs' / f'{name}-s{seed}.json').read_text())
+                       for seed in frontier.seeds} for name in frontier.MODELS
+                if (REPO / folder / 'runs' / f'{name}-s1.json').exists()}
+        assert frontier.findings(runs) == (REPO / folder / 'findings.md').read_text(), folder
 
 
 def test_results_quote_only_numbers_the_campaign_wrote():
-    """Every 'mean ± SE' that RESULTS.md quotes is in results/seeds/findings.md."""
+    """Every 'mean ± SE' that RESULTS.md quotes is in results/seeds/ or results/depth/findings.md."""
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
-    findings = (REPO / 'results/seeds/findings.md').read_text()
+    findings = ''.join((REPO / f'results/{d}/findings.md').read_text() for d in ('seeds', 'depth'))
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []

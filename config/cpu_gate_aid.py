@@ -1,0 +1,9 @@
+# The best model nanoloop has trained at this shape (RESULTS.md, "What makes the exit gate's model
+# train better"): cpu_multi's multi-depth supervision plus the exit gate as a training aid.
+# exit_beta = 10 holds the exit distribution uniform, so the loss is multi-depth supervision's own
+# plus the gate's; frontier.py trains it as `exit-10`. Use it with or without an exit: eval.py and
+# sample.py run every token all 12 loops unless --exit_at or --n_loops says otherwise.
+# $ python train.py config/cpu_gate_aid.py && python eval.py --out_dir=out-cpu-gate-aid
+include('cpu_exit.py')
+out_dir = 'out-cpu-gate-aid'
+exit_beta = 10.0
