@@ -8,7 +8,7 @@ $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
 $ python frontier.py --results=results/depth --jobs=2 \
-      --models=exit-10,probe,embed,inject,warmup,multi,single  # what makes exit-10 better
+      --models=exit-10,probe,embed,inject,warmup,exit-10-warmup,multi,single
 A finished run is never trained again (one that stopped early is resumed: never measured
 half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
 campaign finished trains nothing and writes the same tables from those files.
@@ -50,6 +50,8 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
        for signal in ('probe', 'embed', 'inject')},
     # a control: the gate's early gradient shrinks the LM's clipped step, like a longer warmup
     'warmup': (['config/cpu_multi.py', *SCHEDULE, '--warmup_iters=300'], None),
+    'exit-10-warmup': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10', '--warmup_iters=300'],
+                       None),  # does the gate add anything to a longer warmup?
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
     **{f'{name}-1500': ([config, *args], None) for name, config, args in (
         ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
@@ -316,7 +318,7 @@ def campaign(names):
     return {n: {s: out[n, s] for s in seeds} for n in names}
 
 # ----------------------------------------------------------------------------- the findings
-DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup']  # multi + one change each
+DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup']  # multi + ...
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
