@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import load_checkpoint
+from model import ExitGate, load_checkpoint
 from prepare import check_output, load_meta, load_tokens, sft_targets
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
@@ -109,9 +109,9 @@ def stage_two(name, seed):
     if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
         return
     model, ckpt = load_checkpoint(os.path.join(run_dir(MODELS[name][1], seed), 'ckpt.pt'), device)
-    model.requires_grad_(False)
-    model.exit_gate.requires_grad_(True)
-    model.exit_gate.margin = MARGIN
+    model.requires_grad_(False)  # the language model frozen; a new gate trains against MARGIN
+    model.exit_gate = ExitGate(model.config, margin=MARGIN).to(device)
+    model.load_state_dict(ckpt['model'])  # (starting from the stage-I gate)
     optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
     data, T = load_tokens(TOPICS, 'train'), model.config.block_size
     g = torch.Generator().manual_seed(seed)

@@ -25,7 +25,9 @@ def test_suffix_nll_matches_hand_computation():
     x, real = ev.pack_docs(docs, eot, T)
     assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
     nll, depth, resid, moved, entropy = ev.score(model, x, 8)
-    got = ev.suffix_nll(nll, real[:, 1:], start)
+    assert ev.suffix(T, start) == (start, slice(start - 1, None))  # target j: column j - 1
+    assert ev.suffix(256) == (193, slice(192, None)) and ev.suffix(128)[0] == 96  # the paper's, scaled
+    got = ev.suffix_nll(nll, real[:, 1:], ev.suffix(T, start)[1])
     with torch.no_grad():  # by hand: the logits at j - 1 predict token j; target j is real if j <= the doc's EOT index
         logits, _, info = model(x)
     logp = F.log_softmax(logits.float(), -1)
