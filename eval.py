@@ -7,7 +7,7 @@ $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 Several checkpoints on the same documents, one after the other (each its own eval.json):
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
 """
-import os, json, math, time, itertools, html as html_lib
+import os, json, math, time, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -181,13 +181,10 @@ def write_html(path, docs, tokens, shade, top, decode, what):
     for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top):
         spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
         for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
-            lines, i = [], 0  # 'i-j: t': after iterations i..j the top-1 was t
-            for t, same in itertools.groupby(row_top[b - 1].tolist()):
-                n = len(list(same))
-                lines, i = lines + [f"{i + 1}-{i + n}: {decode([t])!r}"], i + n
-            d = row_shade[a:b].max().item()
-            spans += (f'<span title="{esc(chr(10).join(lines))}" style="background:{colour(d)}">'
-                      f'{esc(text)}</span>')
+            tops = row_top[b - 1].tolist()  # after iterations 1, 2, ...: the top-1 token
+            title = ' '.join(f"{i + 1}:{decode([t])!r}" for i, t in enumerate(tops))
+            d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
+            spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:

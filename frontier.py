@@ -229,7 +229,6 @@ def measure_docs(model, x, real, topics):
     """On the topics' held-out documents: the paper's suffix NLL (masked and unmasked), the NLL of
     every real target, the probes, and the loop depth per topic and per character class."""
     nll, depth, resid, moved, entropy = ev.score(model, x, batch_size)
-    start = round(193 * x.size(1) / 256)
     norm = moved / resid.clamp_min(1e-12)  # |z_(k-1)|: the relative residual's denominator
     probes = {'relative residual': ev.probe(nll, resid, real), 'absolute residual':
               ev.probe(nll, moved, real), '|z|': ev.probe(nll, norm, real),
@@ -243,8 +242,9 @@ def measure_docs(model, x, real, topics):
         m = real & (target_kind == i)
         classes[name] = dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
                              tokens=int(m.sum()))
-    return dict(suffix=ev.suffix_nll(nll, real, start), nll=nll[real].mean().item(),
-                probes=probes, topics=ev.topic_depths(nll, depth, real, topics), classes=classes)
+    suffix = ev.suffix_nll(nll, real, ev.suffix(x.size(1))[1])  # the paper's scored targets
+    return dict(suffix=suffix, nll=nll[real].mean().item(), probes=probes,
+                topics=ev.topic_depths(nll, depth, real, topics), classes=classes)
 
 def measure_sft(model, x, real, eot):
     """On the held-out SFT samples: the NLL of the answers and their EOT (what SFT trains: the
@@ -252,11 +252,10 @@ def measure_sft(model, x, real, eot):
     the paper's suffix (targets 96..127), each with its token count."""
     nll = ev.score(model, x, batch_size)[0]
     answer, padded = (sft_targets(x, eot, pad) >= 0 for pad in (False, True))
-    start = round(193 * x.size(1) / 256)
+    columns = ev.suffix(x.size(1))[1]
     return dict(answer=nll[answer].mean().item(), answer_tokens=int(answer.sum()),
                 with_pad=nll[padded].mean().item(), with_pad_tokens=int(padded.sum()),
-                suffix=ev.suffix_nll(nll, real, start),
-                suffix_tokens=int(real[:, start - 1:].sum()))
+                suffix=ev.suffix_nll(nll, real, columns), suffix_tokens=int(real[:, columns].sum()))
 
 def measure(name, seed):
     """-> the measurements of one run: read from runs/<name>-s<seed>.json once it was measured

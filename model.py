@@ -187,21 +187,17 @@ class Loop(nn.Module):
         return self.per_token(z, k, rule, cache, segment)
 
     def fixed(self, z, k, cache=None, segment=0):
-        """Every token k steps. The phantom gradient (in training): the first k - phantom_steps
-        steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
+        """Every token k steps. The phantom gradient (in training): the first n_free = k -
+        phantom_steps steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
         n_free = max(k - self.c.phantom_steps, 0) if self.c.phantom and self.training else 0
         keep = self.c.supervise or not self.training  # (phantom's states would cost its memory)
         z_in, z_prev, states = z, z, []
-        for i in range(n_free):
-            with torch.no_grad():
+        for i in range(k):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and i >= n_free):
                 z_prev, z = z, self.step(z, i, z_in, cache, segment)
-            # their Jacobian counts as the identity: a straight-through path from the segment's
-            # input, so the prelude and embeddings still get a gradient (naive phantom gives none)
-            z = z_in + (z - z_in).detach()
-            if keep:
-                states.append(z)
-        for i in range(n_free, k):
-            z_prev, z = z, self.step(z, i, z_in, cache, segment)
+            if i < n_free:  # its Jacobian counts as the identity: a straight-through path from
+                # the segment's input, so the prelude still gets a gradient (naive phantom: none)
+                z = z_in + (z - z_in).detach()
             if keep:
                 states.append(z)
         moved = resid = torch.zeros(z.shape[:2], device=z.device)
@@ -490,8 +486,7 @@ class GPT(nn.Module):
         states = [(z, (s, i)) for s, run in enumerate(runs) for i, z in enumerate(run.states)]
         top = [self.readout(z, cache, slot).argmax(-1) for z, slot in states[:-1]]
         top = torch.stack(top + [logits.argmax(-1)])
-        changed = torch.ones_like(top, dtype=torch.bool)  # (the first iteration's: a change)
-        changed[1:] = top[1:] != top[:-1]
+        changed = torch.cat([torch.ones_like(top[:1]), top[1:] != top[:-1]])  # (1: the first)
         iteration = torch.arange(1, len(top) + 1, device=top.device).view(-1, 1, 1)
         return dict(top=top, settled=(changed * iteration).amax(0))
 
