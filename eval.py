@@ -159,18 +159,11 @@ def probe(nll, signal, real):
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-@torch.no_grad()
-def lens(model, x):
-    """The logit lens (GPT.lens) on token rows x, in score's columns: -> top (N, T - 1, iterations),
-    each prediction's top-1 token after every iteration, and settled (N, T - 1)."""
-    info = model(x.to(model.head.weight.device), lens=True)[2]
-    return info['top'][..., :-1].permute(1, 2, 0).cpu(), info['settled'][:, :-1].cpu()
-
 def write_html(path, docs, tokens, shade, top, decode, what):
     """The depth map of some documents: each predicted token coloured by shade (N, T - 1), which
     `what` names (the loop depth, or the iteration at which its prediction settled); its tooltip,
-    the logit lens: its top-1 prediction after every iteration (top: see lens). All text goes
-    through html.escape."""
+    the logit lens: its top-1 prediction after every iteration (top: GPT.lens's, (iterations, N,
+    T)). All text goes through html.escape."""
     esc, hi = html_lib.escape, max(int(shade.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
@@ -178,10 +171,10 @@ def write_html(path, docs, tokens, shade, top, decode, what):
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
             f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}<br>Point at a '
             'character: its top-1 prediction after each iteration (the logit lens).</p>']
-    for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top):
+    for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top.unbind(1)):
         spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
         for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
-            tops = row_top[b - 1].tolist()  # after iterations 1, 2, ...: the top-1 token
+            tops = row_top[:, b - 1].tolist()  # after iterations 1, 2, ...: the top-1 token
             title = ' '.join(f"{i + 1}:{decode([t])!r}" for i, t in enumerate(tops))
             d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
             spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
@@ -217,6 +210,7 @@ def print_report(r):
           f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
+@torch.no_grad()
 def evaluate(out_dir, device, dataset, block_size, suffix_start, batch_size, eval_iters, seed,
              exit_kind, thresholds, max_docs, html):
     """One checkpoint: prints its report, writes out_dir/eval.json (and the depth map to html).
@@ -258,13 +252,13 @@ def evaluate(out_dir, device, dataset, block_size, suffix_start, batch_size, eva
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
-    if html:  # each topic's first three documents (docs come grouped by topic)
+    if html:  # each topic's first three documents (docs come grouped by topic), and the lens
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
-        top, settled = lens(model, x[shown])
+        info = model(x[shown].to(device), lens=True)[2]  # GPT.lens: top and settled
         shade, what = (depth[shown], 'loop depth, from the ACT gate') if c.act else (
-            settled, f'the iteration at which the prediction settled, at {source}')
-        write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade, top,
-                   get_tokenizer(meta['tokenizer'])[1], what)
+            info['settled'][:, :-1].cpu(), f'the iteration its prediction settled at ({source})')
+        write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
+                   info['top'].cpu(), get_tokenizer(meta['tokenizer'])[1], what)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
 
 if __name__ == '__main__':

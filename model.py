@@ -235,9 +235,8 @@ class Loop(nn.Module):
         skipped. The same rules and result as per_token, without its bookkeeping."""
         e, running, states = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), []
         for i in range(k):
-            z_new = self.step(z, i, e, cache, segment)
-            moved, resid = residual(z_new, z)
-            z = z_new
+            z_prev, z = z, self.step(z, i, e, cache, segment)
+            moved, resid = residual(z, z_prev)
             states.append(z)
             if rule(i, z, resid, running):
                 break
