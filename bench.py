@@ -202,12 +202,13 @@ def read_config(path):  # a config file's settings (include('x.py') reads x.py f
 
 def estimates(names):
     """Per paper config, what a GPU run needs, computed here: parameters (distinct, and with each
-    tied block counted per iteration), tokens and FLOPs per optimizer step (6N + 12LdT a token),
-    and the activation memory autograd keeps for backward at its batch, in float32 and in bf16
-    autocast: measured on this CPU for one row, times the rows of a micro-step (every saved
-    tensor grows with the batch; the weights, AdamW state and gradients come on top)."""
-    print("| config | params: distinct / unrolled | tokens per step | TFLOP per step | "
-          "activations per micro-step, float32 / bf16 |\n| --- | --- | --- | --- | --- |")
+    tied block counted per iteration), tokens and FLOPs per optimizer step (6N + 12LdT a token:
+    one readout, full backprop), and the activation memory autograd keeps for backward in one
+    micro-step, in float32 and in bf16 autocast: measured on this CPU for one row, times the rows
+    (every saved tensor grows with the batch; the weights, AdamW state and gradients come on
+    top)."""
+    print("| config | params: distinct / unrolled | tokens/step | TFLOP/step | "
+          "activations: float32 / bf16 |\n| --- | --- | --- | --- | --- |")
     for name in names.split(','):
         s = read_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'config',
                                      f'{name}.py'))

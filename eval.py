@@ -7,7 +7,7 @@ $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 Several checkpoints on the same documents, one after the other (each its own eval.json):
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
 """
-import os, json, math, time, html as html_lib
+import os, json, math, time, itertools, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -174,8 +174,11 @@ def write_html(path, docs, tokens, shade, top, decode, what):
     for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top.unbind(1)):
         spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
         for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
-            tops = row_top[:, b - 1].tolist()  # after iterations 1, 2, ...: the top-1 token
-            title = ' '.join(f"{i + 1}:{decode([t])!r}" for i, t in enumerate(tops))
+            lens, i = [], 0  # 'i-j: t': after iterations i to j the top-1 prediction was t
+            for t, same in itertools.groupby(row_top[:, b - 1].tolist()):
+                n = len(list(same))
+                lens, i = lens + [f"{i + 1}-{i + n}: {decode([t])!r}"], i + n
+            title = '; '.join(lens)
             d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
             spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')

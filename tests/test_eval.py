@@ -116,7 +116,7 @@ def test_eval_json_report_and_html(tmp_path):
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
     assert '<svg' not in page and 'prediction settled at (the trained depth)' in page  # the token colouring
-    assert re.search(r'title="1:[^"]* 2:[^"]*"', page)  # the logit lens: the top-1 after each of the 2 iterations
+    assert re.search(r'title="1-[12]: ', page)  # the logit lens: the top-1 after each of the 2 iterations
     assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page))  # '£' as itself,
     assert '\ufffd' not in page  # not as two replacement marks
 
@@ -133,8 +133,8 @@ def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
     assert 'Colour: loop depth, from the ACT gate' in page
     assert '>\u00a3<' in page and '\ufffd' not in page  # one span for the character's 2 bytes
     lens = lambda text: re.findall(r'title="([^"]*)" style="[^"]*">' + re.escape(text) + '<', page)
-    assert lens(' ') == ['1:&#x27;e&#x27; 2:&#x27;e&#x27;']  # the space before it: 'e' after both
-    assert lens('\u00a3') == ['1:&#x27;x&#x27; 2:&#x27;g&#x27;']  # its last token's: 'x', then 'g'
+    assert lens(' ') == ['1-2: &#x27;e&#x27;']  # the space before it: 'e' after iterations 1 to 2
+    assert lens('\u00a3') == ['1-1: &#x27;x&#x27;; 2-2: &#x27;g&#x27;']  # its last token's: 'x', then 'g'
 
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),
