@@ -427,7 +427,7 @@ class GPT(nn.Module):
         """The training loss. Multi-depth supervision: the loss also at each supervised depth d (the
         states counted across the segments in order), the loss their mean; an exit gate trains the
         expected loss under its exit distribution instead (ExitGate.loss); the depth probe and
-        ACT's ponder cost add their terms. -> (loss, {depth: the loss there, depth: the last})."""
+        ACT's ponder cost add their terms. -> (loss, {depth: its loss}, the last depth included)."""
         states = [state for run in runs for state in run.states]
         depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
         every = [self.readout(states[d - 1]) for d in depths] + [logits]
