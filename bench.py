@@ -16,6 +16,8 @@ $ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act
                                                (trained models: the exits see real confidence)
 $ python bench.py --device=cuda --compile=True (bf16; compile applies to the training rows)
 $ python bench.py --dtype_widths=(64,96,128)   (float32 vs bf16 at more widths: the crossover)
+Or, measuring nothing, the paper configs' sizes for a GPU (README: GPU estimates):
+$ python bench.py --estimate=v3,v4,v5,v6,v7,v9,v12,v13,v14,act
 """
 import os
 import sys
@@ -48,6 +50,7 @@ dtype = ''  # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instructions,
 compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
+estimate = ''  # config names (v3,v5,...): print their parameters, tokens and memory per step
 _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
           'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0',
           'all(w >= n_head and w % n_head == 0 for w in dtype_widths)',
@@ -87,9 +90,10 @@ def train_flops_per_token(model):
     n_layers = c.n_prelude + sum(c.loops) + c.n_coda
     return 6 * n + 12 * n_layers * c.n_embd * c.block_size
 
-def activation_mb(model):
-    """MB autograd keeps for backward (the CPU memory measure): each storage once, no weights."""
-    x = torch.randint(vocab_size, (batch_size, block_size), device=device)
+def activation_mb(model, rows=batch_size, context=None):
+    """MB autograd keeps for backward (the CPU memory measure): each storage once, no weights;
+    for rows rows of the model's block_size tokens, in context (default: ctx)."""
+    x = torch.randint(model.config.vocab_size, (rows, model.config.block_size), device=device)
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved = {}  # storage address -> bytes
     def pack(t):
@@ -97,7 +101,7 @@ def activation_mb(model):
         if storage.data_ptr() not in weights:
             saved[storage.data_ptr()] = storage.nbytes()
         return t
-    with ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with context or ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         _, loss, _ = model(x, x)
     del loss
     return sum(saved.values()) / 2**20
@@ -190,6 +194,37 @@ def train_row(what, ms, mb=None, flops=None, ratio=''):
 def gen_row(what, tokens_per_s, ratio=''):
     print_row(what, f"{1000 / tokens_per_s:.1f} / token", f"{tokens_per_s:.1f}", '', '', '', ratio)
 
+def read_config(path):  # a config file's settings (include('x.py') reads x.py first)
+    settings = {}
+    include = lambda name: settings.update(read_config(os.path.join(os.path.dirname(path), name)))
+    exec(open(path).read(), {'include': include}, settings)
+    return settings
+
+def estimates(names):
+    """Per paper config, what a GPU run needs, computed here: parameters (distinct, and with each
+    tied block counted per iteration), tokens and FLOPs per optimizer step (6N + 12LdT a token:
+    one readout, full backprop), and the activation memory autograd keeps for backward in one
+    micro-step, in float32 and in bf16 autocast: measured on this CPU for one row, times the rows
+    (every saved tensor grows with the batch; the weights, AdamW state and gradients come on
+    top)."""
+    print("| config | params: distinct / unrolled | tokens/step | TFLOP/step | "
+          "activations: float32 / bf16 |\n| --- | --- | --- | --- | --- |")
+    for name in names.split(','):
+        s = read_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'config',
+                                     f'{name}.py'))
+        keys = {k: v for k, v in s.items() if k in GPTConfig.__dataclass_fields__}
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(**keys, vocab_size=50257)).to(device)  # fineweb: GPT-2's vocab
+        distinct, unrolled = model.num_params()
+        tokens = s['batch_size'] * s['block_size'] * s.get('gradient_accumulation_steps', 1)
+        mb = [s['batch_size'] * activation_mb(model, 1, c) / 1024 for c in (FP32, BF16)]
+        print(f"| `{name}.py` | {distinct / 1e6:.1f}M / {unrolled / 1e6:.1f}M | {tokens:,} | "
+              f"{tokens * train_flops_per_token(model) / 1e12:.1f} | "
+              f"{mb[0]:.1f} / {mb[1]:.1f} GiB |", flush=True)
+
+if estimate:
+    estimates(estimate)
+    sys.exit(0)
 # the generation models first, so that a bad setting fails before minutes of measuring: groups of
 # (name, a model at full depth, the prompt in its tokenizer, [(policy, the model it runs, exit)])
 exits = {e: parse_exit(e) for e in exit_at.split(',')}

@@ -7,7 +7,7 @@ $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 Several checkpoints on the same documents, one after the other (each its own eval.json):
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
 """
-import os, json, math, time, html as html_lib
+import os, json, math, time, itertools, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -84,12 +84,19 @@ def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
             t0 = time.time()
     return [torch.cat(column) for column in zip(*out)]
 
-def suffix_nll(nll, real, start):
-    """The paper's benchmark: the loss on target positions start..T-1 (score's columns start - 1
-    on). 'unmasked' counts every target, pad included; 'masked' only the real ones (real: the
-    targets', (N, T - 1)). When most targets are pad, the two can rank models oppositely: report
-    both, and the pad share."""
-    nll, real = nll[:, start - 1:], real[:, start - 1:]
+def suffix(T, start=0):
+    """Which targets the paper's benchmark scores: of a T-token row, those at positions start..T-1;
+    start 0 means the paper's 193 of 256, scaled to T. -> (start, score's columns that predict
+    them: column j predicts token j + 1, so columns start - 1 .. T - 2)."""
+    start = start or min(max(round(193 * T / 256), 1), T - 1)
+    return start, slice(start - 1, None)
+
+def suffix_nll(nll, real, columns):
+    """The paper's benchmark: the loss on the suffix's targets (columns: see suffix). 'unmasked'
+    counts every target, pad included; 'masked' only the real ones (real: the targets', (N, T -
+    1)). When most targets are pad, the two can rank models oppositely: report both, and the pad
+    share."""
+    nll, real = nll[:, columns], real[:, columns]
     masked = nll[real].mean().item() if real.any() else None
     pad_fraction = 1 - real.float().mean().item()
     return dict(masked=masked, unmasked=nll.mean().item(), pad_fraction=pad_fraction)
@@ -152,24 +159,28 @@ def probe(nll, signal, real):
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-def write_html(path, docs, tokens, depth, decode, source):
-    """The depth map: three documents per topic, each token coloured by the iterations spent
-    predicting it; source: where the depth came from. All text goes through html.escape."""
-    esc, top = html_lib.escape, max(int(depth.max()), 1)
-    colour = lambda d: f"hsl({220 - 220 * d / top:.0f},85%,82%)"  # blue: few iterations; red: many
+def write_html(path, docs, tokens, shade, top, decode, what):
+    """The depth map of some documents: each predicted token coloured by shade (N, T - 1), which
+    `what` names (the loop depth, or the iteration at which its prediction settled); its tooltip,
+    the logit lens: its top-1 prediction after every iteration (top: GPT.lens's, (iterations, N,
+    T)). All text goes through html.escape."""
+    esc, hi = html_lib.escape, max(int(shade.max()), 1)
+    colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
-                     for d in range(int(depth.min()), top + 1))
+                     for d in range(int(shade.min()), hi + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
-            f'<h2>Loop depth per token</h2>'
-            f'<p>Depth from {esc(source)}. Iterations: {legend}</p>']
-    for i, doc in enumerate(docs):  # docs come grouped by topic: show each topic's first three
-        if i >= 3 and docs[i - 3]['topic'] == doc['topic']:
-            continue
-        spans = esc(decode(tokens[i][:1]))  # the first token is predicted by nothing
-        shown = tokens[i][1:len(depth[i]) + 1]  # up to the block's end
-        for text, a, b in pieces(shown, decode):  # one span a character (of 1 or more tokens)
-            d = depth[i, a:b].max().item()
-            spans += f'<span title="{d}" style="background:{colour(d)}">{esc(text)}</span>'
+            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}<br>Point at a '
+            'character: its top-1 prediction after each iteration (the logit lens).</p>']
+    for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top.unbind(1)):
+        spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
+        for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
+            lens, i = [], 0  # 'i-j: t': after iterations i to j the top-1 prediction was t
+            for t, same in itertools.groupby(row_top[:, b - 1].tolist()):
+                n = len(list(same))
+                lens, i = lens + [f"{i + 1}-{i + n}: {decode([t])!r}"], i + n
+            title = '; '.join(lens)
+            d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
+            spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:
@@ -192,8 +203,8 @@ def print_report(r):
         print(f"  note: {s['pad_fraction']:.0%} of the scored targets are padding (over 5%): "
               "the unmasked NLL mostly measures padding; rank by masked")
     print_rows("depth scan (val; k loops in every segment)", r['depth_scan'])
-    print_rows(f"early exit ({exit_kind}, per token, post hoc) vs uniform depth at the same mean "
-               "depth (diff < 0: exit wins; none with ACT or without a loop)",
+    print_rows(f"early exit ({r['exit_kind']}, per token, post hoc) vs uniform depth at the same "
+               "mean depth (diff < 0: exit wins; none with ACT or without a loop)",
                [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']])
     print_rows(f"topics (NLL over the real tokens of each doc's block; depth from "
                f"{r['depth_source']})", [dict(topic=n, **t) for n, t in r['topics'].items()])
@@ -202,8 +213,11 @@ def print_report(r):
           f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
-def evaluate(out_dir):
-    """One checkpoint: prints its report, writes out_dir/eval.json (and the html)."""
+@torch.no_grad()
+def evaluate(out_dir, device, dataset, block_size, suffix_start, batch_size, eval_iters, seed,
+             exit_kind, thresholds, max_docs, html):
+    """One checkpoint: prints its report, writes out_dir/eval.json (and the depth map to html).
+    Each argument is the setting of that name at the top of this file."""
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     model.eval()
     c, T = model.config, block_size or model.config.block_size
@@ -213,8 +227,7 @@ def evaluate(out_dir):
     if suffix_start >= T:
         raise ValueError(f"suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
-    # the paper scores targets 193..255 of 256; the report says which ones were scored
-    start = suffix_start or min(max(round(193 * T / 256), 1), T - 1)
+    start, columns = suffix(T, suffix_start)  # the report says which targets were scored
     name = ckpt['config']['dataset']  # the model's own, or another in its tokenizer
     if dataset:
         name = dataset_folder(split_folder(dataset)[0], split_folder(name)[1])
@@ -232,19 +245,23 @@ def evaluate(out_dir):
     source = 'the ACT gate' if c.act else 'the trained depth' if c.loops else 'no loop'
     rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
     scan = depth_scan(model, rows, batch_size)
-    curve = early_exit_curve(model, rows, scan, batch_size, exit_kind,
-                             thresholds or DEFAULTS[exit_kind])
-    report = dict(suffix_nll=suffix_nll(nll, real, start), depth_scan=scan, early_exit=curve,
+    curve = early_exit_curve(model, rows, scan, batch_size, exit_kind, thresholds)
+    report = dict(suffix_nll=suffix_nll(nll, real, columns), depth_scan=scan, early_exit=curve,
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
-                  eval_docs=len(docs), skipped_lines=n_bad,
+                  eval_docs=len(docs), skipped_lines=n_bad, exit_kind=exit_kind,
                   docs=os.path.join(data_dir, 'eval.jsonl'))
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
-    if html:
-        write_html(html, docs, tokens, depth, get_tokenizer(meta['tokenizer'])[1], source)
+    if html:  # each topic's first three documents (docs come grouped by topic), and the lens
+        shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
+        info = model(x[shown].to(device), lens=True)[2]  # GPT.lens: top and settled
+        shade, what = (depth[shown], 'loop depth, from the ACT gate') if c.act else (
+            info['settled'][:, :-1].cpu(), f'the iteration its prediction settled at ({source})')
+        write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
+                   info['top'].cpu(), get_tokenizer(meta['tokenizer'])[1], what)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
 
 if __name__ == '__main__':
@@ -257,4 +274,5 @@ if __name__ == '__main__':
         check_output(html, 'html')
     with ctx:  # several out_dirs (a,b,c): each evaluated in turn, each its own eval.json
         for d in folders(out_dir):
-            evaluate(d)
+            evaluate(d, device, dataset, block_size, suffix_start, batch_size, eval_iters, seed,
+                     exit_kind, thresholds or DEFAULTS[exit_kind], max_docs, html)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import load_checkpoint
+from model import ExitGate, load_checkpoint
 from prepare import check_output, load_meta, load_tokens, sft_targets
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
@@ -125,9 +125,9 @@ def stage_two(name, seed):
     if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
         return
     model, ckpt = load_checkpoint(os.path.join(run_dir(MODELS[name][1], seed), 'ckpt.pt'), device)
-    model.requires_grad_(False)
-    model.exit_gate.requires_grad_(True)
-    model.exit_gate.margin = MARGIN
+    model.requires_grad_(False)  # the language model frozen; a new gate trains against MARGIN
+    model.exit_gate = ExitGate(model.config, margin=MARGIN).to(device)
+    model.load_state_dict(ckpt['model'])  # (starting from the stage-I gate)
     optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
     data, T = load_tokens(TOPICS, 'train'), model.config.block_size
     g = torch.Generator().manual_seed(seed)
@@ -245,7 +245,6 @@ def measure_docs(model, x, real, topics):
     """On the topics' held-out documents: the paper's suffix NLL (masked and unmasked), the NLL of
     every real target, the probes, and the loop depth per topic and per character class."""
     nll, depth, resid, moved, entropy = ev.score(model, x, batch_size)
-    start = round(193 * x.size(1) / 256)
     norm = moved / resid.clamp_min(1e-12)  # |z_(k-1)|: the relative residual's denominator
     probes = {'relative residual': ev.probe(nll, resid, real), 'absolute residual':
               ev.probe(nll, moved, real), '|z|': ev.probe(nll, norm, real),
@@ -259,8 +258,9 @@ def measure_docs(model, x, real, topics):
         m = real & (target_kind == i)
         classes[name] = dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
                              tokens=int(m.sum()))
-    return dict(suffix=ev.suffix_nll(nll, real, start), nll=nll[real].mean().item(),
-                probes=probes, topics=ev.topic_depths(nll, depth, real, topics), classes=classes)
+    suffix = ev.suffix_nll(nll, real, ev.suffix(x.size(1))[1])  # the paper's scored targets
+    return dict(suffix=suffix, nll=nll[real].mean().item(), probes=probes,
+                topics=ev.topic_depths(nll, depth, real, topics), classes=classes)
 
 def measure_sft(model, x, real, eot):
     """On the held-out SFT samples: the NLL of the answers and their EOT (what SFT trains: the
@@ -268,11 +268,10 @@ def measure_sft(model, x, real, eot):
     the paper's suffix (targets 96..127), each with its token count."""
     nll = ev.score(model, x, batch_size)[0]
     answer, padded = (sft_targets(x, eot, pad) >= 0 for pad in (False, True))
-    start = round(193 * x.size(1) / 256)
+    columns = ev.suffix(x.size(1))[1]
     return dict(answer=nll[answer].mean().item(), answer_tokens=int(answer.sum()),
                 with_pad=nll[padded].mean().item(), with_pad_tokens=int(padded.sum()),
-                suffix=ev.suffix_nll(nll, real, start),
-                suffix_tokens=int(real[:, start - 1:].sum()))
+                suffix=ev.suffix_nll(nll, real, columns), suffix_tokens=int(real[:, columns].sum()))
 
 def measure(name, seed):
     """-> the measurements of one run: read from runs/<name>-s<seed>.json once it was measured

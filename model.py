@@ -1,8 +1,8 @@
 """
 A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), GPT.stop_rule
-and Halting, then KVCache and generate.
+Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), StopRule (how
+a segment decides each token's depth: exits, ACT), GPT.objective, then KVCache and generate.
 """
 import os
 import glob
@@ -140,13 +140,14 @@ class Block(nn.Module):
 class Run(NamedTuple):
     """What a tied segment's loop reports besides its output state."""
     depth: object   # iterations per token: an int (every token ran k), or a (B, T) tensor
+    ponder: object  # ACT: the ponder cost per token, N + R (B, T); None without the gate
     resid: object   # per token, the relative residual |z_k - z_(k-1)| / |z_(k-1)| of its last step
-    moved: object   # the same, not divided by |z_(k-1)| (zeros while training at a fixed depth)
-    states: list    # the state after each step, for multi-depth supervision (fixed depth only)
+    moved: object   # the same, not divided by |z_(k-1)| (zeros while training)
+    states: list    # the state after each step: for multi-depth supervision and the logit lens
 
 class Loop(nn.Module):
     """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z).
-    forward runs it: every token k steps, or fewer per token when a stop rule says so."""
+    forward runs it: every token k steps, or fewer per token where a StopRule says so."""
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -175,50 +176,46 @@ class Loop(nn.Module):
             x = z + e
         return z + self.alpha() * (self.block(x, cache, (segment, i)) - x)
 
-    def forward(self, z, k, stop=None, cache=None, segment=0):
-        """-> (z after the loop, Run). stop: None (every token runs k steps) or a stop rule, called
-        after each step with keywords i, z, resid, running (it takes those it uses) -> a (B, T)
-        bool, True where a token stops now. A single token being decoded needs no masks."""
-        if stop is None:
+    def forward(self, z, k, rule=None, cache=None, segment=0):
+        """-> (the segment's output, Run). rule: None (every token runs k steps) or a StopRule,
+        which decides after each step which tokens stop. A single token being decoded needs no
+        masks. Evaluating (not self.training), the loop also measures its probes."""
+        if rule is None:
             return self.fixed(z, k, cache, segment)
         if cache is not None and z.shape[:2] == (1, 1):
-            return self.until(z, k, stop, cache, segment)
-        return self.per_token(z, k, stop, cache, segment)
+            return self.until(z, k, rule, cache, segment)
+        return self.per_token(z, k, rule, cache, segment)
 
     def fixed(self, z, k, cache=None, segment=0):
-        """Every token k steps. The phantom gradient (in training): the first k - phantom_steps
-        steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
+        """Every token k steps. The phantom gradient (in training): the first n_free = k -
+        phantom_steps steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
         n_free = max(k - self.c.phantom_steps, 0) if self.c.phantom and self.training else 0
-        keep = bool(self.c.supervise)  # multi-depth supervision reads the state after each step
+        keep = self.c.supervise or not self.training  # (phantom's states would cost its memory)
         z_in, z_prev, states = z, z, []
-        for i in range(n_free):
-            with torch.no_grad():
+        for i in range(k):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and i >= n_free):
                 z_prev, z = z, self.step(z, i, z_in, cache, segment)
-            # their Jacobian counts as the identity: a straight-through path from the segment's
-            # input, so the prelude and embeddings still get a gradient (naive phantom gives none)
-            z = z_in + (z - z_in).detach()
-            if keep:
-                states.append(z)
-        for i in range(n_free, k):
-            z_prev, z = z, self.step(z, i, z_in, cache, segment)
+            if i < n_free:  # its Jacobian counts as the identity: a straight-through path from
+                # the segment's input, so the prelude still gets a gradient (naive phantom: none)
+                z = z_in + (z - z_in).detach()
             if keep:
                 states.append(z)
         moved = resid = torch.zeros(z.shape[:2], device=z.device)
-        if not torch.is_grad_enabled():  # the probes, for evaluation: training needs none
+        if not self.training:  # the probes, for evaluation: training needs none
             moved, resid = residual(z, z_prev)
-        return z, Run(k, resid, moved, states)
+        return z, Run(k, None, resid, moved, states)
 
-    def per_token(self, z, k, stop, cache=None, segment=0):
+    def per_token(self, z, k, rule, cache=None, segment=0):
         """Per-token depth, the frozen-state protocol: a stopped token's state is frozen; the
         others still attend to it."""
         e, running = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
-        moved = torch.zeros_like(resid)
+        moved, states = torch.zeros_like(resid), []
         for i in range(k):
             # evaluating, stop once every token has: a data-dependent branch, which training
             # leaves out (a batch rarely stops whole) so that the graph compiles in one piece
-            if not torch.is_grad_enabled() and not running.any():
+            if not self.training and not running.any():
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
                 break
@@ -228,22 +225,65 @@ class Loop(nn.Module):
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
             depth = depth + running.long()
             resid = torch.where(running, r, resid)
-            running = running & ~stop(i=i, z=z, resid=r, running=running)
-        return z, Run(depth, resid, moved, [])
+            running = running & ~rule(i, z, r, running)
+            states.append(z)
+        return rule.output(z), Run(depth, rule.ponder, resid, moved, states)
 
-    def until(self, z, k, stop, cache, segment=0):
+    def until(self, z, k, rule, cache, segment=0):
         """Per-token depth for one new token in cached decoding: no other token is frozen or
-        masked, so the loop just ends where stop says, and the cache marks the iterations it
-        skipped. The same stop rules and result as per_token, without its bookkeeping."""
-        e, running = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
+        masked, so the loop just ends where the rule says, and the cache marks the iterations it
+        skipped. The same rules and result as per_token, without its bookkeeping."""
+        e, running, states = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), []
         for i in range(k):
-            z_new = self.step(z, i, e, cache, segment)
-            moved, resid = residual(z_new, z)
-            z = z_new
-            if stop(i=i, z=z, resid=resid, running=running):
+            z_prev, z = z, self.step(z, i, e, cache, segment)
+            moved, resid = residual(z, z_prev)
+            states.append(z)
+            if rule(i, z, resid, running):
                 break
         cache.skip(segment, i + 1, k, 1)
-        return z, Run(i + 1, resid, moved, [])
+        return rule.output(z), Run(i + 1, rule.ponder, resid, moved, states)
+
+class StopRule:
+    """How one run of a tied segment decides each token's depth (without a rule, k steps each).
+    After step i, rule(i, z, resid, running) -> (B, T) bool, True where a token stops now (its state
+    is frozen from then on); z: the states, resid: their relative residuals, running: the tokens
+    not stopped before. The segment's output is rule.output(z), z after the loop. kind, t:
+      'maxprob'  a post-hoc exit: stop once the readout's top probability reaches t
+      'resid'    a post-hoc exit: stop once the relative residual is below t
+      'learned'  stop once the exit distribution's cumulative probability reaches t (ExitGate)
+      'act'      Graves' ACT: after each step the segment's gate gives each running token a halting
+                 probability h; it halts once their sum reaches 1 - t (or at step k) and weighs
+                 that step with the remainder R = 1 - (the sum before). The segment's output is
+                 the weighted mean of its states; ponder: the cost N + R (N: steps run)."""
+    def __init__(self, model, kind, t, segment, k, z, cache=None):
+        self.model, self.kind, self.t, self.segment, self.k, self.cache = (
+            model, kind, t, segment, k, cache)
+        self.survive = torch.ones(z.shape[:2], device=z.device)  # learned: the chance to run on
+        self.cum = torch.zeros(z.shape[:2], device=z.device)  # act: the sum of h so far
+        self.mean = torch.zeros_like(z) if kind == 'act' else None  # act: the weighted mean
+        self.ponder = torch.zeros(z.shape[:2], device=z.device) if kind == 'act' else None
+
+    def __call__(self, i, z, resid, running):
+        if self.kind == 'resid':
+            return resid < self.t
+        if self.kind == 'maxprob':  # this readout has cache slots of its own (see KVCache)
+            probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
+            return probs.amax(-1) >= self.t
+        if self.kind == 'learned':
+            if i + 1 not in self.model.config.supervise:  # no gate between gated depths
+                return torch.zeros_like(running)
+            self.survive = self.survive * (1 - self.model.exit_gate.lam(z))
+            return 1 - self.survive >= self.t
+        h = torch.sigmoid(self.model.segments[self.segment].gate(z).float()).squeeze(-1)
+        halt = running & ((self.cum + h >= 1 - self.t) | (i == self.k - 1))
+        p = torch.where(halt, 1 - self.cum, h) * running  # the weight of this step's state
+        self.mean = self.mean + p[..., None].to(z.dtype) * z
+        self.ponder = self.ponder + halt * ((i + 1) + (1 - self.cum))  # N + R, when it halts
+        self.cum = self.cum + p  # a halted token's sum is 1: it runs no more steps
+        return halt
+
+    def output(self, z):
+        return z if self.mean is None else self.mean
 
 class ExitGate(nn.Module):
     """Ouro's learned exit (PonderNet's, with a uniform prior in place of a geometric one). At each
@@ -251,12 +291,11 @@ class ExitGate(nn.Module):
     chance to stop there if it has not stopped before, so the exit distribution is
         p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
     Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth supervision).
-    Inference (stop_rule): a token stops at the first depth where sum_(j<=t) p_j reaches q."""
-    margin = None  # stage II (frontier.stage_two sets it): the gate alone learns, see loss
-
-    def __init__(self, c):
+    Inference (StopRule 'learned'): a token stops at the first depth where sum_(j<=t) p_j reaches q.
+    margin: None trains stage I; a number, Ouro's stage II (frontier.stage_two), see loss."""
+    def __init__(self, c, margin=None):
         super().__init__()
-        self.c = c
+        self.c, self.margin = c, margin
         self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
 
     def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
@@ -285,37 +324,6 @@ class ExitGate(nn.Module):
             entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
             per_token = expected - self.c.exit_beta * entropy
         return (per_token * mask).sum() / mask.sum()
-
-    def stop_rule(self, q, z):
-        """-> a stop rule for the loop: after each supervised depth, stop once 1 - the chance of
-        running on (prod of 1 - lambda so far) reaches q."""
-        survive = [torch.ones(z.shape[:2], device=z.device)]
-        def stop(i, z, **_):
-            if i + 1 not in self.c.supervise:  # no gate between supervised depths
-                return torch.zeros_like(survive[0], dtype=torch.bool)
-            survive[0] = survive[0] * (1 - self.lam(z))
-            return 1 - survive[0] >= q
-        return stop
-
-class Halting:
-    """Graves' ACT for one run of a tied segment, as a stop rule. After step i the gate gives each
-    running token a halting probability h; it halts once their sum reaches 1 - eps (or at the
-    last step) and weighs that step with the remainder R = 1 - (the sum before). The segment's
-    output is `mean`, the weighted mean of its states; the ponder cost is N + R (N: steps run)."""
-    def __init__(self, gate, z, k, eps=0.01):
-        self.gate, self.k, self.eps = gate, k, eps
-        self.cum = torch.zeros(z.shape[:2], device=z.device)  # sum of h over the steps taken so far
-        self.mean = torch.zeros_like(z)  # the weighted mean of the states
-        self.ponder = torch.zeros(z.shape[:2], device=z.device)
-
-    def __call__(self, i, z, running, **_):
-        h = torch.sigmoid(self.gate(z).float()).squeeze(-1)
-        halt = running & ((self.cum + h >= 1 - self.eps) | (i == self.k - 1))
-        p = torch.where(halt, 1 - self.cum, h) * running  # the weight of this step's state
-        self.mean = self.mean + p[..., None].to(z.dtype) * z
-        self.ponder = self.ponder + halt * ((i + 1) + (1 - self.cum))  # N + R, when it halts
-        self.cum = self.cum + p  # a halted token's sum is 1: it runs no more steps
-        return halt
 
 def zero_linear(n_in, n_out):
     """A linear layer of zeros, made without drawing a random number: a model with a gate or probe
@@ -378,59 +386,62 @@ class GPT(nn.Module):
             raise ValueError(f"n_loops={n_loops}: give one depth >= 1, or {len(self.segments)}")
         return loops
 
-    def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
+    def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None, lens=False):
+        """embed -> prelude -> the tied segments, each its block k times (or fewer per token, where
+        a StopRule says) -> readout. -> (logits, loss, info). loss: the training objective, when
+        targets are given; cache: a KVCache (generate); lens: info also holds the logit lens."""
         B, T = idx.shape
         loops = self.depths(n_loops)
-        start = 0 if cache is None else cache.pos
-        if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens is longer than the model's "
-                             f"block_size {self.config.block_size}")
-        if exit is not None and self.config.act:
-            raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
-        # embed, then the prelude
-        pos = torch.arange(start, start + T, device=idx.device)
-        z = self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
+        z = self.embed(idx, 0 if cache is None else cache.pos)
         for j, block in enumerate(self.prelude):
             z = block(z, cache, ('prelude', j))
-        # the tied segments in turn, each its block k times, or fewer per token where a stop
-        # rule (the ACT gate, a post-hoc exit) says so
-        runs, ponder = [], 0
-        for s, (seg, k) in enumerate(zip(self.segments, loops)):
-            stop = self.stop_rule(exit, s, k, z, cache)
-            z, run = seg(z, k, stop, cache, s)
-            if self.config.act:  # ACT: the output is the halting-weighted mean of the states
-                z, ponder = stop.mean, ponder + stop.ponder
+        runs = []
+        for s, (segment, k) in enumerate(zip(self.segments, loops)):
+            z, run = segment(z, k, self.stop_rule(exit, s, k, z, cache), cache, s)
             runs.append(run)
-        # the coda, final LN and head; then the loss
         logits = self.readout(z, cache)
+        # per token: the iterations summed over the segments, the last iteration's probes
+        zeros = torch.zeros(B, T, device=idx.device)  # (a plain transformer: no iteration)
+        info = dict(depth=zeros.long() + sum(run.depth for run in runs),
+                    ponder=sum(run.ponder for run in runs).mean() if self.config.act else None,
+                    resid=runs[-1].resid if runs else zeros,
+                    moved=runs[-1].moved if runs else zeros)
+        if lens:
+            info.update(self.lens(runs, logits, cache))
         if cache is not None:
-            cache.pos = start + T
-        loss, losses = None, {}
+            cache.pos += T
+        loss, info['losses'] = None, {}
         if targets is not None:
-            # multi-depth supervision: the loss also at each depth d in supervise (states counted
-            # across the segments in order), the training loss their mean
-            states = [state for run in runs for state in run.states]
-            depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
-            every = [self.readout(states[d - 1]) for d in depths] + [logits]
-            for d, d_logits in zip(depths + [sum(loops)], every):
-                losses[d] = self.loss(d_logits, targets)
-            loss = sum(losses.values()) / len(losses)
-            if self.exit_gate is not None and self.training:  # the exit distribution's loss
-                nlls = torch.stack([self.loss(d_logits, targets, 'none') for d_logits in every])
-                gated = [states[d - 1] for d in depths]
-                loss = self.exit_gate.loss(gated, nlls.view(-1, B, T), targets != -1)
-            if self.config.depth_signal == 'probe' and self.training:
-                loss = loss + self.probe_loss([states[d - 1] for d in depths] + [z])
-        ponder = ponder.mean() if self.config.act else None  # ACT: mean ponder cost per token
-        if self.config.act and targets is not None:
-            loss = loss + self.config.halt_penalty * ponder
-        # per token: the iterations summed over the segments; the last step's probes
-        depth = torch.zeros(B, T, dtype=torch.long, device=idx.device)
-        resid = moved = torch.zeros(B, T, device=idx.device)  # (a plain transformer: no step)
-        for run in runs:
-            depth, resid, moved = depth + run.depth, run.resid, run.moved
-        info = dict(depth=depth, losses=losses, ponder=ponder, resid=resid, moved=moved)
+            loss, info['losses'] = self.objective(logits, targets, runs, sum(loops), info['ponder'])
         return logits, loss, info
+
+    def embed(self, idx, start=0):
+        """Token + position embeddings (positions from start: the tokens a KV cache holds), LN."""
+        if start + idx.size(1) > self.config.block_size:
+            raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
+                             f"block_size {self.config.block_size}")
+        pos = torch.arange(start, start + idx.size(1), device=idx.device)
+        return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
+
+    def objective(self, logits, targets, runs, depth, ponder):
+        """The training loss. Multi-depth supervision: the loss also at each supervised depth d (the
+        states counted across the segments in order), the loss their mean; an exit gate trains the
+        expected loss under its exit distribution instead (ExitGate.loss); the depth probe and
+        ACT's ponder cost add their terms. -> (loss, {depth: its loss}, the last depth included)."""
+        states = [state for run in runs for state in run.states]
+        depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
+        every = [self.readout(states[d - 1]) for d in depths] + [logits]
+        losses = {d: self.loss(d_logits, targets) for d, d_logits in zip(depths + [depth], every)}
+        loss = sum(losses.values()) / len(losses)
+        if self.exit_gate is not None and self.training:  # the exit distribution's loss
+            nlls = torch.stack([self.loss(d_logits, targets, 'none') for d_logits in every])
+            gated = [states[d - 1] for d in depths]
+            loss = self.exit_gate.loss(gated, nlls.view(-1, *targets.shape), targets != -1)
+        if self.config.depth_signal == 'probe' and self.training:
+            loss = loss + self.probe_loss([states[d - 1] for d in depths] + [states[-1]])
+        if self.config.act:  # ponder: the mean ponder cost per token
+            loss = loss + self.config.halt_penalty * ponder
+        return loss, losses
 
     def probe_loss(self, states):
         """depth_signal='probe': a linear probe must tell from each state which of the supervised
@@ -441,8 +452,8 @@ class GPT(nn.Module):
 
     def readout(self, z, cache=None, check=None):
         """coda + final LN + head: the logits a state z gives if the loop stops here. check:
-        None for the model's own readout, or (segment, i) for a maxprob exit's check after that
-        iteration, which has cache slots of its own (see KVCache)."""
+        None for the model's own readout, or (segment, i) for a readout after that iteration (a
+        maxprob exit's check, the logit lens), which has cache slots of its own (see KVCache)."""
         for j, block in enumerate(self.coda):
             z = block(z, cache, ('coda', j) if check is None else (*check, 'coda', j))
         return self.head(self.ln_f(z))
@@ -452,26 +463,31 @@ class GPT(nn.Module):
                                reduction=reduction)
 
     def stop_rule(self, exit, segment, k, z, cache=None):
-        """How segment's loop decides each token's depth: None (every token runs k), the ACT gate
-        (Halting), or an exit: 'maxprob' stops a token once its readout's top probability
-        reaches t; 'resid' once its relative residual is below t; 'learned' once the exit
-        distribution's cumulative probability reaches t (ExitGate)."""
+        """-> how segment's loop decides each token's depth: None (every token runs k), the ACT
+        gate (its eps 0.01), or the post-hoc exit (kind, t)."""
+        if self.config.act and exit is not None:
+            raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
         if self.config.act:
-            return Halting(self.segments[segment].gate, z, k)
+            return StopRule(self, 'act', 0.01, segment, k, z)
         if exit is None:
             return None
-        kind, t = exit
-        if kind == 'resid':
-            return lambda resid, **_: resid < t
-        if kind == 'learned' and self.exit_gate is not None:
-            return self.exit_gate.stop_rule(t, z)
-        if kind != 'maxprob':
+        if exit[0] not in ('maxprob', 'resid') + ('learned',) * (self.exit_gate is not None):
             raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
                              "gate, ('learned', q)")
-        def confident(i, z, **_):
-            probs = self.readout(z, cache, (segment, i)).float().softmax(-1)
-            return probs.amax(-1) >= t
-        return confident
+        return StopRule(self, *exit, segment, k, z, cache)
+
+    @torch.no_grad()
+    def lens(self, runs, logits, cache=None):
+        """The logit lens through the loop: each token's top-1 prediction read out from its state
+        after every iteration (counted across the segments; the last: the model's own). -> dict:
+        top (iterations, B, T); settled (B, T), the iteration from which its top-1 no longer
+        changes. A cached readout after iteration i has slots of its own, as a maxprob check."""
+        states = [(z, (s, i)) for s, run in enumerate(runs) for i, z in enumerate(run.states)]
+        top = [self.readout(z, cache, slot).argmax(-1) for z, slot in states[:-1]]
+        top = torch.stack(top + [logits.argmax(-1)])
+        changed = torch.cat([torch.ones_like(top[:1]), top[1:] != top[:-1]])  # (1: the first)
+        iteration = torch.arange(1, len(top) + 1, device=top.device).view(-1, 1, 1)
+        return dict(top=top, settled=(changed * iteration).amax(0))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # parameters() yields each shared tensor once (tied head, tied blocks); decay 2-D weights
@@ -484,9 +500,11 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True,
                  return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T) (with return_depth: and the depth of each).
-        Re-encoding (kv_cache=False) runs a stopped token's skipped steps on its frozen state, so
-        with exits it may differ from the cache; at a fixed depth never."""
+        """Sample max_new_tokens tokens after idx (B, T). return_depth: also -> per new token
+        (B, new) the iterations it ran, or with return_depth='settled' (at a fixed depth) the
+        iteration at which its prediction settled (GPT.lens). Re-encoding (kv_cache=False) runs a
+        stopped token's skipped steps on its frozen state, so with exits it may differ from the
+        cache; at a fixed depth never."""
         block_size, cache, depths = self.config.block_size, None, []
         for _ in range(max_new_tokens):
             if cache is not None and idx.size(1) <= block_size:
@@ -495,11 +513,12 @@ class GPT(nn.Module):
                 # slide): (re-)encode the last block_size tokens
                 cache = KVCache(block_size) if kv_cache else None
                 chunk = idx[:, -block_size:]
-            logits, _, info = self(chunk, n_loops=n_loops, exit=exit, cache=cache)
+            lens = return_depth == 'settled'
+            logits, _, info = self(chunk, n_loops=n_loops, exit=exit, cache=cache, lens=lens)
             logits = logits[:, -1, :].float()
             probs = sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty)
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
-            depths.append(info['depth'][:, -1])
+            depths.append(info['settled' if lens else 'depth'][:, -1])
         return (idx, torch.stack(depths, 1)) if return_depth else idx
 
 def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):

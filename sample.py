@@ -22,7 +22,8 @@ top_p = 1.0  # nucleus sampling; 1.0 = off
 repetition_penalty = 1.0
 n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
 exit_at = ''  # per-token exit: '' (off), 'maxprob:0.9', 'resid:0.05' or (exit gate) 'learned:0.5'
-show_depth = False  # colour each generated token by its loop depth (ACT gate, or exit_at)
+show_depth = False  # colour each new token by its loop depth (ACT gate, or exit_at), or at a
+# fixed depth by the iteration at which its prediction settled (the logit lens: GPT.lens)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = bfloat16 autocast on CUDA, float32 on CPUs (decoding: faster than bf16)
@@ -67,22 +68,25 @@ def sample(out_dir):  # num_samples samples of one model, each printed after the
               "(block_size)", file=sys.stderr)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
     max_depth = sum(model.depths(n_loops))
+    adaptive = exit_policy or model.config.act  # each token its own depth; else show the lens
+    show = 'settled' if show_depth and not adaptive else True  # what generate returns per token
     if show_depth:
+        what = 'loop depth:' if adaptive else f'loop depth: {max_depth}; settled at iteration:'
         shown = sorted({1, (1 + max_depth) // 2, max_depth})
-        print("loop depth: " + " ".join(paint(f" {d} ", d, max_depth) for d in shown))
+        print(what, " ".join(paint(f" {d} ", d, max_depth) for d in shown))
     with torch.no_grad(), ctx:
         for _ in range(num_samples):
             t0 = time.perf_counter()
             y, depth = model.generate(x, max_new_tokens, temperature=temperature,
                                       top_k=top_k or None, top_p=top_p,
                                       repetition_penalty=repetition_penalty, n_loops=n_loops,
-                                      exit=exit_policy, return_depth=True)
+                                      exit=exit_policy, return_depth=show)
             new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
             speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
-            if exit_policy or model.config.act:  # what adaptive depth spent, of the maximum
+            if adaptive:  # what adaptive depth spent, of the maximum
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
-            if show_depth:  # a character of several tokens: the most depth one of them had
+            if show_depth:  # a character of several tokens: the most any one of them had
                 depths = depth[0].tolist()
                 body = "".join(paint(text, max(depths[i:j]), max_depth)
                                for text, i, j in pieces(new, decode))

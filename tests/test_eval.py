@@ -25,7 +25,9 @@ def test_suffix_nll_matches_hand_computation():
     x, real = ev.pack_docs(docs, eot, T)
     assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
     nll, depth, resid, moved, entropy = ev.score(model, x, 8)
-    got = ev.suffix_nll(nll, real[:, 1:], start)
+    assert ev.suffix(T, start) == (start, slice(start - 1, None))  # target j: column j - 1
+    assert ev.suffix(256) == (193, slice(192, None)) and ev.suffix(128)[0] == 96  # the paper's, scaled
+    got = ev.suffix_nll(nll, real[:, 1:], ev.suffix(T, start)[1])
     with torch.no_grad():  # by hand: the logits at j - 1 predict token j; target j is real if j <= the doc's EOT index
         logits, _, info = model(x)
     logp = F.log_softmax(logits.float(), -1)
@@ -113,19 +115,26 @@ def test_eval_json_report_and_html(tmp_path):
     page = (tmp_path / 'maps' / 'new' / 'depth.html').read_text()
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
-    assert '<svg' not in page and 'Depth from the trained depth.' in page  # no chart: the token colouring
+    assert '<svg' not in page and 'prediction settled at (the trained depth)' in page  # the token colouring
+    assert re.search(r'title="1-[12]: ', page)  # the logit lens: the top-1 after each of the 2 iterations
     assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page))  # '£' as itself,
     assert '\ufffd' not in page  # not as two replacement marks
 
 def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
-    """'£' is 2 byte tokens: one span, shown as itself, under the line naming the depth's source."""
+    """'£' is 2 byte tokens: one span, shown as itself, under the line naming what the colour is; its
+    tooltip is the logit lens of the character's last token: its top-1 after each iteration."""
     encode, decode, _ = ev.get_tokenizer('byte')
-    tokens = [encode('costs \u00a35')]
+    tokens = [encode('costs \u00a35')]  # 9 tokens: 7 predictions shown, 'o' to the 2 of '£'
+    top = torch.tensor(encode('abcdefg')).view(1, 1, 7).repeat(2, 1, 1)  # (iterations, N, T - 1)
+    top[0, 0, 6] = encode('x')[0]  # the last of '£': 'x' after iteration 1, 'g' after 2
     ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens,
-                  torch.ones(1, 7, dtype=torch.long), decode, 'the ACT gate')
+                  torch.ones(1, 7, dtype=torch.long), top, decode, 'loop depth, from the ACT gate')
     page = (tmp_path / 'act.html').read_text()
-    assert 'Depth from the ACT gate.' in page
+    assert 'Colour: loop depth, from the ACT gate' in page
     assert '>\u00a3<' in page and '\ufffd' not in page  # one span for the character's 2 bytes
+    lens = lambda text: re.findall(r'title="([^"]*)" style="[^"]*">' + re.escape(text) + '<', page)
+    assert lens(' ') == ['1-2: &#x27;e&#x27;']  # the space before it: 'e' after iterations 1 to 2
+    assert lens('\u00a3') == ['1-1: &#x27;x&#x27;; 2-2: &#x27;g&#x27;']  # its last token's: 'x', then 'g'
 
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),

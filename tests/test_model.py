@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, RULES, Halting, KVCache, autocast_dtype, load_checkpoint, residual
+from model import GPT, GPTConfig, RULES, ExitGate, KVCache, Run, autocast_dtype, load_checkpoint, residual
 
 V = 50  # vocab size of every test model
 
@@ -63,8 +63,8 @@ def grads(m):
 
 def run_loop(m, idx, seg_i=0, k=None, exit=None):
     """Call segment seg_i directly (input = prelude output, or previous segments run in full) and record the
-    state after every step: Loop.fixed keeps them for supervision; with ACT or an exit, a wrapper around
-    the stop rule sees them. -> (out, depth, ponder, resid, states[k+1]), states[0] the input."""
+    state after every step (a Run's states, with ACT or an exit). -> (out, depth, ponder, resid, states[k+1]),
+    states[0] the input."""
     z = embed(m, idx)
     for s, kk in zip(m.segments[:seg_i], m.config.loops):
         z = s(z, kk)[0]
@@ -80,15 +80,9 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
         assert torch.allclose(out, zs[-1], atol=1e-6)
         resid = residual(states[-1], states[-2])[1]
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
-    rule = m.stop_rule(exit, seg_i, k, z)
-
-    def stop(**kw):
-        states.append(kw['z'].detach().clone())
-        return rule(**kw)
-    out, run = seg(z, k, stop)
-    if m.config.act:
-        return rule.mean, run.depth, rule.ponder, run.resid, states
-    return out, run.depth, None, run.resid, states
+    out, run = seg(z, k, m.stop_rule(exit, seg_i, k, z))
+    states += [s.detach().clone() for s in run.states]
+    return out, run.depth, run.ponder, run.resid, states
 
 
 def peaky(seed=0, wte=40.0, wpe=1.0, **kw):
@@ -465,6 +459,8 @@ def test_exit_rejects_bad_kind_and_act_models():
 
 def test_resid_info_is_last_iteration_relative_residual():
     m = make(loops=(3,))
+    assert (m(batch()[0])[2]['resid'] == 0).all()  # training: no probes
+    m.eval()  # evaluating: the probes
     idx, _ = batch()
     with torch.no_grad():
         states = run_loop(m, idx)[4]
@@ -478,7 +474,7 @@ def test_resid_info_is_last_iteration_relative_residual():
 def test_moved_is_each_tokens_own_last_step_under_an_exit():
     """With per-token depth, `moved` is |z_k - z_(k-1)| of the step each token last ran (frozen ones: not the last
     step of the loop), and resid is the same divided by |z_(k-1)|."""
-    m = make(loops=(4,))
+    m = make(loops=(4,)).eval()
     idx, _ = batch()
     with torch.no_grad():
         exit = ('resid', m(idx, n_loops=2)[2]['resid'].median().item())  # about half stop after step 2
@@ -568,9 +564,8 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.weight[0, 0] = 3.0
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
-        halting = Halting(seg.gate, z, 5)
-        _, run = seg(z, 5, lambda z, **kw: states.append(z.clone()) or halting(z=z, **kw))
-        depth, out, ponder = run.depth, halting.mean, halting.ponder
+        out, run = seg(z, 5, m.stop_rule(None, 0, 5, z))  # the ACT gate's StopRule
+        depth, ponder, states = run.depth, run.ponder, states + run.states
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
     assert len(depth.unique()) >= 3
@@ -684,9 +679,9 @@ def test_stage_two_loss_is_the_gates_cross_entropy_against_too_small_gains():
     """With a margin (Ouro's stage II) the loss is the BCE of each lambda_t against 'stop here':
     the next supervised depth improves the token's NLL by less than the margin."""
     m = exit_model().train()
+    m.exit_gate = ExitGate(m.config, margin=0.01)
     with torch.no_grad():
         m.exit_gate.gate.bias.fill_(0.7)
-    m.exit_gate.margin = 0.01
     idx, tgt = batch()
     loss = m(idx, tgt)[1]
     with torch.no_grad():
@@ -962,6 +957,51 @@ def test_generate_top_p_and_top_k_filters(monkeypatch):
     assert torch.allclose(fx.probs[1][0], keep2, atol=1e-6)
     assert torch.equal(fx.probs[2][0], torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0]))
     assert torch.allclose(fx.probs[3][0], (logits / 0.5).softmax(-1), atol=1e-6)
+
+
+def test_logit_lens_settles_where_the_top1_stops_changing():
+    """Hand-built states whose readout's top-1 is known (no coda, the head an identity on the first 8
+    dimensions): the lens gives each token's top-1 after every iteration, and settled is the first
+    iteration from which it no longer changes, not the first at which it equals the final one."""
+    m = GPT(cfg(vocab_size=8, n_coda=0)).eval()
+    with torch.no_grad():
+        m.wte.weight.copy_(torch.eye(8, 16))
+    tops = [[2, 5, 5, 5], [1, 1, 1, 1], [3, 4, 3, 3], [0, 0, 0, 7]]  # per token, after iterations 1-4
+    states = [10 * F.one_hot(torch.tensor([[t[i] for t in tops]]), 16).float() for i in range(4)]
+    zeros = torch.zeros(1, 4)
+    one = [Run(4, None, zeros, zeros, states)]
+    two = [Run(2, None, zeros, zeros, states[:2]), Run(2, None, zeros, zeros, states[2:])]
+    for runs in (one, two):  # iterations counted across the segments
+        lens = m.lens(runs, m.readout(states[-1]))
+        assert lens['top'][:, 0].T.tolist() == tops
+        assert lens['settled'][0].tolist() == [2, 1, 3, 4]
+
+
+def thinking(loops, seed=0):
+    """A model whose top-1 prediction changes with depth: a strong tied block (its weights x10)."""
+    m = make(seed, loops=loops, alpha_init=0.9).eval()
+    with torch.no_grad():
+        for p in m.segments.parameters():
+            p.mul_(10 if p.dim() == 2 else 1)
+    return m
+
+
+def test_logit_lens_is_the_model_read_out_at_each_depth():
+    """In a model, the lens after iteration i is the model's own prediction at depth i, and it needs no extra
+    positions: with the KV cache (the lens's readouts have cache slots of their own) it is the same."""
+    m = thinking(loops=(4,))
+    idx = batch(2, 8)[0]
+    with torch.no_grad():
+        logits, _, info = m(idx, lens=True)
+        for i in range(4):
+            assert torch.equal(info['top'][i], m(idx, n_loops=i + 1)[0].argmax(-1))
+    changed = info['top'][1:] != info['top'][:-1]
+    last = torch.stack([changed[i:].any(0) for i in range(3)]).sum(0) + 1  # 1 + steps after a change
+    assert torch.equal(info['settled'], last) and len(info['settled'].unique()) >= 2
+    m2 = thinking(loops=(2, 2), seed=3)
+    a, sa = m2.generate(idx, 8, top_k=1, kv_cache=True, return_depth='settled')
+    b, sb = m2.generate(idx, 8, top_k=1, kv_cache=False, return_depth='settled')
+    assert torch.equal(a, b) and torch.equal(sa, sb) and sa.max() <= 4 and len(sa.unique()) >= 2
 
 
 def test_generate_return_depth():
