@@ -1,8 +1,9 @@
-"""Shared by test_train.py and test_reliability.py: tiny byte-level data, running scripts as subprocesses, and
-one-line-error checks. Most of each script run is torch's import (~2 s of CPU), so each test's scripts run in a
-`@work` function that its module starts in the background (a few threads, in test order) as soon as the first
-test asks; the test itself then only waits for its own results and asserts."""
-import json, os, random, re, subprocess, sys
+"""Shared by the tests that run the scripts: tiny byte-level data, running scripts as processes, and one-line-error
+checks. A script runs in a process of its own, forked from a server that imported torch once (forkserver.py: a
+fresh `python` would spend ~4 s of CPU on the import alone); a test's runs go in a `@work` function that its
+module starts in the background (a few threads, in test order) as soon as the first test asks; the test itself
+then only waits for its own results and asserts."""
+import json, os, random, re, shutil, subprocess, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from forkserver import Server
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
@@ -34,9 +37,38 @@ def make_data(root, name='tiny', n_docs=300):
     return d
 
 
-def start(cwd, script, *args, env=None, launcher=()):
-    return subprocess.Popen([sys.executable, *launcher, str(REPO / script), *map(str, args)], cwd=cwd, env=env or ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+SERVER = Server('import torch, torch.distributed, torch.nn.parallel, numpy, model, prepare, eval')
+
+
+_trained = threading.Lock()
+
+
+def trained_run(d):
+    """A folder with data/tiny and out/ckpt.pt of a 2-iteration TINY run, trained once a session (beside d, by
+    the first test that asks): tests that only need some trained run copy it (copy_run), never retrain it."""
+    root = d.parent / 'trained_run'
+    with _trained:
+        if not (root / 'out' / 'ckpt.pt').exists():
+            make_data(root)
+            ok(run(root, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2'))
+    return root
+
+
+def copy_run(src, dst, out='out'):
+    """dst/data and dst/<out> as copies of src's data and out -> the bytes of the checkpoint."""
+    shutil.copytree(src / 'data', dst / 'data', dirs_exist_ok=True)
+    shutil.copytree(src / 'out', dst / out)
+    return (dst / out / 'ckpt.pt').read_bytes()
+
+
+def start(cwd, script, *args, env=None, launcher=(), stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+    """`python [launcher] script args` in cwd -> a Popen (text) or what answers as one. Forked from SERVER,
+    but for a launcher of its own (python -m torch.distributed.run: the launcher is what is tested)."""
+    argv = [*launcher, str(REPO / script), *map(str, args)]
+    if launcher[:1] == ('-m',):
+        return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env or ENV, stdout=stdout, stderr=stderr,
+                                text=True)
+    return SERVER.start(argv, cwd, env or ENV, stdout=stdout, stderr=stderr)
 
 
 def finish(p, timeout=240):

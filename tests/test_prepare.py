@@ -9,6 +9,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+import harness
 import prepare
 
 # ---------------------------------------------------------------- fixture sources, in real formats
@@ -130,9 +131,8 @@ def no_proxy(monkeypatch):  # a proxy in the environment must not intercept the 
     for k in ('NO_PROXY', 'no_proxy'):
         monkeypatch.setenv(k, '127.0.0.1,localhost')
 
-def run(*args, cwd=REPO):
-    return subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+def run(*args, cwd=REPO):  # a process of its own (forked: harness.py), with this test's environment
+    return harness.run(cwd, 'prepare.py', *args, env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
 def assert_one_line_error(r, *needles):
     assert r.returncode != 0
