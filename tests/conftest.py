@@ -3,8 +3,16 @@ test is slow when it says so (@pytest.mark.slow), or when it waits for a module'
 (harness.py's `job` / `jobs` fixtures): a new @work test is in the slow tier without a word."""
 import pytest
 
+import harness
+
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if {'job', 'jobs'} & set(getattr(item, 'fixturenames', ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope='module')
+def no_run_left_behind():
+    yield
+    harness.kill_leftovers()

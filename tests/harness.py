@@ -15,6 +15,8 @@ import torch
 from forkserver import Server
 
 REPO = Path(__file__).resolve().parents[1]
+PATIENCE = 900  # seconds a run may take before a test calls it hung: 100x what any takes on an idle machine,
+# so that no load fails a test (a bound, never a measure: tests assert events and state, not durations)
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
 TINY = ['--dataset=tiny', '--n_embd=32', '--n_head=2', '--n_prelude=1', '--loops=(2,)', '--n_coda=1', '--block_size=32',
         '--batch_size=4', '--eval_iters=2', '--log_interval=1', '--device=cpu', '--warmup_iters=2', '--lr_decay_iters=100']
@@ -61,17 +63,32 @@ def copy_run(src, dst, out='out'):
     return (dst / out / 'ckpt.pt').read_bytes()
 
 
+STARTED = []  # the runs started; when a module's tests end, those still running are killed (kill_leftovers)
+
+
 def start(cwd, script, *args, env=None, launcher=(), stdout=subprocess.PIPE, stderr=subprocess.PIPE):
     """`python [launcher] script args` in cwd -> a Popen (text) or what answers as one. Forked from SERVER,
     but for a launcher of its own (python -m torch.distributed.run: the launcher is what is tested)."""
     argv = [*launcher, str(REPO / script), *map(str, args)]
     if launcher[:1] == ('-m',):
-        return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env or ENV, stdout=stdout, stderr=stderr,
-                                text=True)
-    return SERVER.start(argv, cwd, env or ENV, stdout=stdout, stderr=stderr)
+        p = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env or ENV, stdout=stdout, stderr=stderr,
+                             text=True)
+    else:
+        p = SERVER.start(argv, cwd, env or ENV, stdout=stdout, stderr=stderr)
+    STARTED.append(p)
+    return p
 
 
-def finish(p, timeout=240):
+def kill_leftovers():
+    """Kill the runs still running: those of a test that failed half-way (a run of 100000 iterations that
+    it meant to stop), which would take the CPU from the tests after it."""
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+
+
+def finish(p, timeout=PATIENCE):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -169,6 +186,7 @@ class Jobs:
 def jobs(request, tmp_path_factory):
     jobs = Jobs(request.module, request.session.items, tmp_path_factory)
     yield jobs
+    kill_leftovers()  # (the work of a test that failed half-way then ends at once)
     jobs.pool.shutdown(cancel_futures=True)
 
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import eval as ev
 from dataclasses import asdict as model_args
 from model import GPT, GPTConfig
-from harness import REPO, run, start
+from harness import PATIENCE, REPO, run, start
 
 def tiny(vocab=20, block=16, loops=(4,), **kw):
     torch.manual_seed(0)
@@ -86,7 +86,7 @@ def start_eval(cwd, *args):
     return start(cwd, 'eval.py', '--out_dir=out', '--eval_iters=2', '--batch_size=4', *args)
 
 def finish(p):
-    out, err = p.communicate(timeout=180)
+    out, err = p.communicate(timeout=PATIENCE)
     return p.returncode, out, err
 
 def test_eval_json_report_and_html(tmp_path):

@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import ENV, REPO, SERVER, make_data, run
+from harness import ENV, PATIENCE, REPO, SERVER, make_data, run
 import frontier
 from model import GPT, GPTConfig
 
@@ -124,7 +124,7 @@ def frontier_py(tmp_path, *args, monkeypatch, capsys):
     def train_py(cmd, stdout, stderr):
         assert cmd[0] == sys.executable and cmd[1].endswith('train.py'), cmd
         p = SERVER.start(cmd[1:], tmp_path, ENV, stdout=stdout, stderr=stderr)
-        return subprocess.CompletedProcess(cmd, p.wait(timeout=240))
+        return subprocess.CompletedProcess(cmd, p.wait(timeout=PATIENCE))
     with monkeypatch.context() as m:
         m.chdir(tmp_path)
         m.setattr(sys, 'argv', ['frontier.py', *args])

@@ -380,7 +380,7 @@ def test_read_shard_checks_the_header(tmp_path):
 def test_import_has_no_side_effects(tmp_path):
     code = 'import sys, prepare; assert "torch" not in sys.modules'
     r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
-                       env={**os.environ, 'PYTHONPATH': REPO}, timeout=60)
+                       env={**os.environ, 'PYTHONPATH': REPO}, timeout=harness.PATIENCE)
     assert r.returncode == 0 and r.stdout == '' and r.stderr == '', r.stderr
     assert os.listdir(tmp_path) == []
 
@@ -420,7 +420,7 @@ def test_gpt2_without_bpe_files_is_one_line_error(tmp_path):
            'HTTPS_PROXY': proxy, 'https_proxy': proxy}
     r = subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), '--tokenizer=gpt2',
                         f'--data_root={tmp_path}'], cwd=REPO, capture_output=True, text=True,
-                       timeout=120, env=env)
+                       timeout=harness.PATIENCE, env=env)
     assert_one_line_error(r, 'TIKTOKEN_CACHE_DIR', '--tokenizer=byte')
 
 def _tiktoken_cache():

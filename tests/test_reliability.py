@@ -61,7 +61,7 @@ def test_resume_is_bitwise_exact_with_dropout_and_eval(job):
 
 
 # ---------------------------------------------------------------- interruption
-def interrupt_after(p, n_iters, sig, deadline=120):
+def interrupt_after(p, n_iters, sig, deadline=PATIENCE):
     """Read p's stdout until 'iter n_iters: loss' is logged, then send sig -> (stdout, stderr)."""
     lines, seen, found = [], threading.Event(), []
 
@@ -79,7 +79,7 @@ def interrupt_after(p, n_iters, sig, deadline=120):
         raise AssertionError(f"no 'iter {n_iters}' logged (within {deadline}s)\n{''.join(lines)}{p.stderr.read()}")
     p.send_signal(sig)
     try:
-        p.wait(timeout=120)  # (a bound for a run that never stops: it takes well under a second)
+        p.wait(timeout=PATIENCE)
     except subprocess.TimeoutExpired:
         p.kill()
     t.join(10)

@@ -23,7 +23,7 @@ def watch(p):
             changed.notify_all()
     threading.Thread(target=reader, daemon=True).start()
 
-    def wait_for(pattern, timeout=120):
+    def wait_for(pattern, timeout=PATIENCE):
         with changed:
             return changed.wait_for(lambda: any(l is None or re.search(pattern, l) for l in lines), timeout) \
                 and any(l and re.search(pattern, l) for l in lines)
@@ -45,7 +45,7 @@ def rerun_without_resume_refuses_and_says_how(d):
     after = (d / 'out' / 'ckpt.pt').read_bytes()
     m = re.search(r'resume it with  (.+?)  or', rerun.stderr)
     typed = subprocess.run(['bash', '-c', as_typed(m.group(1))], cwd=d, env=ENV,
-                           capture_output=True, text=True, timeout=240) if m else None  # as typed
+                           capture_output=True, text=True, timeout=PATIENCE) if m else None  # as typed
     resumed_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
     over = run(d, 'train.py', *TINY, '--max_iters=1', '--eval_interval=1', '--overwrite=True')
     over_iter = load(d / 'out' / 'ckpt.pt')['iter_num']
@@ -79,7 +79,7 @@ def two_runs_into_one_out_dir(d):
     second = run(d, 'train.py', *TINY, '--max_iters=3')
     running = p.poll() is None  # the second was refused while the first was still training
     p.send_signal(signal.SIGINT)  # the first goes on, and stops as asked: its checkpoint, whole
-    p.wait(timeout=240)
+    p.wait(timeout=PATIENCE)
     return started and running, second, text(lines), p.returncode, load(d / 'out' / 'ckpt.pt')
 
 
@@ -115,7 +115,7 @@ def ctrl_c_answers_at_once_and_a_second_one_forces(d):
     p.send_signal(signal.SIGINT)
     answered = wait_for(r'^stopping: finishing this step')
     p.send_signal(signal.SIGINT)
-    p.wait(timeout=120)
+    p.wait(timeout=PATIENCE)
     return answered, p.returncode, p.stderr.read(), text(lines), d
 
 
@@ -143,7 +143,7 @@ def ctrl_c_during_a_long_eval_is_answered_and_a_second_one_forces(d):
     p.send_signal(signal.SIGINT)
     answered = wait_for(r'^stopping: finishing this step')
     p.send_signal(signal.SIGINT)
-    p.wait(timeout=120)
+    p.wait(timeout=PATIENCE)
     return shown, answered, p.returncode, p.stderr.read(), text(lines)
 
 
