@@ -1,8 +1,9 @@
-"""Shared by test_train.py and test_reliability.py: tiny byte-level data, running scripts as subprocesses, and
-one-line-error checks. Most of each script run is torch's import (~2 s of CPU), so each test's scripts run in a
-`@work` function that its module starts in the background (a few threads, in test order) as soon as the first
-test asks; the test itself then only waits for its own results and asserts."""
-import json, os, random, re, subprocess, sys
+"""Shared by the tests that run the scripts: tiny byte-level data, running scripts as processes, and one-line-error
+checks. A script runs in a process of its own, forked from a server that imported torch once (forkserver.py: a
+fresh `python` would spend ~4 s of CPU on the import alone); a test's runs go in a `@work` function that its
+module starts in the background (a few threads, in test order) as soon as the first test asks; the test itself
+then only waits for its own results and asserts."""
+import json, os, random, re, shutil, subprocess, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +12,11 @@ import numpy as np
 import pytest
 import torch
 
+from forkserver import Server
+
 REPO = Path(__file__).resolve().parents[1]
+PATIENCE = 900  # seconds a run may take before a test calls it hung: 100x what any takes on an idle machine,
+# so that no load fails a test (a bound, never a measure: tests assert events and state, not durations)
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
 TINY = ['--dataset=tiny', '--n_embd=32', '--n_head=2', '--n_prelude=1', '--loops=(2,)', '--n_coda=1', '--block_size=32',
         '--batch_size=4', '--eval_iters=2', '--log_interval=1', '--device=cpu', '--warmup_iters=2', '--lr_decay_iters=100']
@@ -34,12 +39,56 @@ def make_data(root, name='tiny', n_docs=300):
     return d
 
 
-def start(cwd, script, *args, env=None, launcher=()):
-    return subprocess.Popen([sys.executable, *launcher, str(REPO / script), *map(str, args)], cwd=cwd, env=env or ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+SERVER = Server('import torch, torch.distributed, torch.nn.parallel, numpy, model, prepare, eval')
 
 
-def finish(p, timeout=240):
+_trained = threading.Lock()
+
+
+def trained_run(d):
+    """A folder with data/tiny and out/ckpt.pt of a 2-iteration TINY run, trained once a session (beside d, by
+    the first test that asks): tests that only need some trained run copy it (copy_run), never retrain it."""
+    root = d.parent / 'trained_run'
+    with _trained:
+        if not (root / 'out' / 'ckpt.pt').exists():
+            make_data(root)
+            ok(run(root, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2'))
+    return root
+
+
+def copy_run(src, dst, out='out'):
+    """dst/data and dst/<out> as copies of src's data and out -> the bytes of the checkpoint."""
+    shutil.copytree(src / 'data', dst / 'data', dirs_exist_ok=True)
+    shutil.copytree(src / 'out', dst / out)
+    return (dst / out / 'ckpt.pt').read_bytes()
+
+
+STARTED = []  # the runs started; when a module's tests end, those still running are killed (kill_leftovers)
+
+
+def start(cwd, script, *args, env=None, launcher=(), stdout=subprocess.PIPE, stderr=subprocess.PIPE):
+    """`python [launcher] script args` in cwd -> a Popen (text) or what answers as one. Forked from SERVER,
+    but for a launcher of its own (python -m torch.distributed.run: the launcher is what is tested)."""
+    argv = [*launcher, str(REPO / script), *map(str, args)]
+    if launcher[:1] == ('-m',):
+        p = subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env or ENV, stdout=stdout, stderr=stderr,
+                             text=True)
+    else:
+        p = SERVER.start(argv, cwd, env or ENV, stdout=stdout, stderr=stderr)
+    STARTED.append(p)
+    return p
+
+
+def kill_leftovers():
+    """Kill the runs still running: those of a test that failed half-way (a run of 100000 iterations that
+    it meant to stop), which would take the CPU from the tests after it."""
+    while STARTED:
+        p = STARTED.pop()
+        if p.poll() is None:
+            p.kill()
+
+
+def finish(p, timeout=PATIENCE):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -137,6 +186,7 @@ class Jobs:
 def jobs(request, tmp_path_factory):
     jobs = Jobs(request.module, request.session.items, tmp_path_factory)
     yield jobs
+    kill_leftovers()  # (the work of a test that failed half-way then ends at once)
     jobs.pool.shutdown(cancel_futures=True)
 
 

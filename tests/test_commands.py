@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import finish, start
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -48,13 +50,13 @@ def test_the_docs_have_commands():
 
 @pytest.fixture(scope='module')
 def parsed():
-    """Each script + arguments, checked once, all at once (most of a run is torch's import)."""
+    """Each script + arguments, checked once, all at once (each in a process forked from harness.SERVER,
+    which imported torch already: the import is most of such a run)."""
     env = {**os.environ, 'NANOLOOP_ARGS_ONLY': '1', 'OMP_NUM_THREADS': '1'}
     runs = sorted({p for _, cmd in ALL if (p := script_and_args(cmd))})
 
-    def check(p):  # 3 at a time: a burst of 40 processes starves the other tests' DDP runs
-        r = subprocess.run([sys.executable, p[0], *p[1]], cwd=REPO, env=env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    def check(p):
+        r = finish(start(REPO, p[0], *p[1], env=env, stderr=subprocess.STDOUT))
         return r.returncode, r.stdout
     with ThreadPoolExecutor(3) as pool:
         return dict(zip(runs, pool.map(check, runs)))

@@ -1,6 +1,6 @@
 """eval.py: suffix NLL against a hand computation, depth scan and early-exit shapes, eval.json and the report end to end,
 HTML escaping, one-line errors on bad input, and prepare -> train -> eval."""
-import html, json, os, re, subprocess, sys
+import html, json, os, re
 import numpy as np
 import pytest
 import torch
@@ -8,9 +8,7 @@ import torch.nn.functional as F
 import eval as ev
 from dataclasses import asdict as model_args
 from model import GPT, GPTConfig
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}  # several subprocesses share two cores
+from harness import PATIENCE, REPO, run, start
 
 def tiny(vocab=20, block=16, loops=(4,), **kw):
     torch.manual_seed(0)
@@ -87,11 +85,10 @@ def make_run(root, vocab_size=257):
                     config=dict(dataset='tiny', block_size=32, device='cpu')), root / 'out' / 'ckpt.pt')
 
 def start_eval(cwd, *args):
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, 'eval.py'), '--out_dir=out', '--eval_iters=2', '--batch_size=4',
-                             *args], cwd=cwd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start(cwd, 'eval.py', '--out_dir=out', '--eval_iters=2', '--batch_size=4', *args)
 
 def finish(p):
-    out, err = p.communicate(timeout=180)
+    out, err = p.communicate(timeout=PATIENCE)
     return p.returncode, out, err
 
 def test_eval_json_report_and_html(tmp_path):
@@ -155,11 +152,9 @@ def test_prepare_train_eval(tmp_path):
     src = tmp_path / 'mirror' / 'raw.githubusercontent.com' / 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
     src.parent.mkdir(parents=True)
     src.write_text(''.join(f"CITIZEN {i}:\nWe are accounted poor citizens, the patricians good {i}.\n\n" for i in range(80)))
-    run = lambda script, *a: subprocess.run([sys.executable, os.path.join(ROOT, script), *a], cwd=tmp_path, env=ENV,
-                                            capture_output=True, text=True, timeout=180)
-    p = run('prepare.py', '--dataset=shakespeare', '--tokenizer=byte', '--mirror=mirror', '--eval_docs=6')
+    p = run(tmp_path, 'prepare.py', '--dataset=shakespeare', '--tokenizer=byte', '--mirror=mirror', '--eval_docs=6')
     assert p.returncode == 0, p.stderr
-    p = run('train.py', os.path.join(ROOT, 'config', 'smoke.py'), '--out_dir=out', '--max_iters=20', '--eval_interval=20',
+    p = run(tmp_path, 'train.py', REPO / 'config' / 'smoke.py', '--out_dir=out', '--max_iters=20', '--eval_interval=20',
             '--eval_iters=2', '--n_embd=32', '--block_size=32', '--batch_size=4', '--device=cpu')
     assert p.returncode == 0, p.stderr
     rc, out, err = finish(start_eval(tmp_path))

@@ -1,7 +1,7 @@
 """frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
 oracle, the monotone envelope and the verdict rule on hand-made cases; a run that stopped early;
 and the whole command on tiny models, whose rerun trains nothing and writes the same tables."""
-import json, re, subprocess
+import json, re, runpy, subprocess, sys
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import REPO, make_data, ok, run
+from harness import ENV, PATIENCE, REPO, SERVER, make_data, run
 import frontier
 from model import GPT, GPTConfig
 
@@ -117,15 +117,32 @@ def make_sft_data(root):
                                           + '\n' for p, a in samples))
 
 
-def test_campaign_on_tiny_models(tmp_path):
+def frontier_py(tmp_path, *args, monkeypatch, capsys):
+    """`python frontier.py args` in tmp_path, its main block run here; each train.py it starts (with
+    subprocess.run) runs in a process forked from harness.SERVER, as it would in a python of its own
+    -> frontier.py's stdout."""
+    def train_py(cmd, stdout, stderr):
+        assert cmd[0] == sys.executable and cmd[1].endswith('train.py'), cmd
+        p = SERVER.start(cmd[1:], tmp_path, ENV, stdout=stdout, stderr=stderr)
+        return subprocess.CompletedProcess(cmd, p.wait(timeout=PATIENCE))
+    with monkeypatch.context() as m:
+        m.chdir(tmp_path)
+        m.setattr(sys, 'argv', ['frontier.py', *args])
+        m.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
+        m.setattr(subprocess, 'run', train_py)
+        runpy.run_path(str(REPO / 'frontier.py'), run_name='__main__')
+    return capsys.readouterr().out
+
+
+def test_campaign_on_tiny_models(tmp_path, monkeypatch, capsys):
     make_data(tmp_path, 'topics_byte')
     make_sft_data(tmp_path)
     quick = ('--max_iters=2 --eval_interval=2 --n_embd=16 --block_size=32 --batch_size=2 '
              '--eval_iters=1 --device=cpu --warmup_iters=1 --lr_decay_iters=2')
     args = ['--models=single,multi,act-0.003,exit-0.1,exit-0.1-II,plain,sft,sft-nopad,plain-sft',
             '--seeds=(1,2)', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4',
-            '--stage_two_steps=3', '--jobs=2']
-    out = ok(run(tmp_path, 'frontier.py', *args))
+            '--stage_two_steps=3']
+    out = frontier_py(tmp_path, *args, monkeypatch=monkeypatch, capsys=capsys)
     assert out.count('training out-frontier/runs/') == 16  # each model, at each seed, once
     assert not (tmp_path / 'results').exists()  # results/seeds/ is written only when asked
     runs = tmp_path / 'out-frontier' / 'runs'
@@ -150,7 +167,7 @@ def test_campaign_on_tiny_models(tmp_path):
     assert '## 8. SFT on held-out samples' in findings
     svg = (tmp_path / 'out-frontier' / 'frontier.svg').read_text()
     assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and svg.count('<polyline') >= 8
-    again = ok(run(tmp_path, 'frontier.py', *args))
+    again = frontier_py(tmp_path, *args, monkeypatch=monkeypatch, capsys=capsys)
     assert 'training' not in again and 'measured' not in again  # read from the files
     assert (tmp_path / 'out-frontier' / 'findings.md').read_text() == findings
 
@@ -216,3 +233,26 @@ def test_results_quote_only_numbers_the_campaign_wrote():
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
     findings = ''.join((REPO / f'results/{d}/findings.md').read_text() for d in ('seeds', 'depth'))
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
+
+
+def test_two_jobs_train_the_bases_first_and_each_run_once(tmp_path, monkeypatch):
+    """campaign with jobs=2: the runs others start from are trained first (two jobs never train one
+    run), then every (model, seed) is measured once; a measured run is not trained again."""
+    events = []
+    monkeypatch.setattr(frontier, 'results', str(tmp_path))
+    monkeypatch.setattr(frontier, 'jobs', 2)
+    monkeypatch.setattr(frontier, 'seeds', (1, 2))
+    monkeypatch.setattr(frontier, 'train', lambda n, s: events.append(('train', n, s)))
+    monkeypatch.setattr(frontier, 'measure', lambda n, s: events.append(('measure', n, s)) or n)
+    monkeypatch.setenv('OMP_NUM_THREADS', '1')
+    (tmp_path / 'runs').mkdir()
+    (tmp_path / 'runs' / 'multi-s2.json').write_text('{}')  # measured already
+    threads = torch.get_num_threads()
+    out = frontier.campaign(['sft', 'sft-nopad', 'multi'])
+    torch.set_num_threads(threads)
+    trained = [e[1:] for e in events if e[0] == 'train']
+    assert sorted(trained) == [('multi', 1), ('single', 1), ('single', 2)]
+    assert events.index(('train', 'single', 2)) < events.index(('measure', 'sft', 2))
+    assert sorted(e[1:] for e in events if e[0] == 'measure') == sorted(
+        (n, s) for n in ('sft', 'sft-nopad', 'multi') for s in (1, 2))
+    assert out['sft'] == {1: 'sft', 2: 'sft'}

@@ -9,6 +9,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+import harness
 import prepare
 
 # ---------------------------------------------------------------- fixture sources, in real formats
@@ -130,9 +131,8 @@ def no_proxy(monkeypatch):  # a proxy in the environment must not intercept the 
     for k in ('NO_PROXY', 'no_proxy'):
         monkeypatch.setenv(k, '127.0.0.1,localhost')
 
-def run(*args, cwd=REPO):
-    return subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+def run(*args, cwd=REPO):  # a process of its own (forked: harness.py), with this test's environment
+    return harness.run(cwd, 'prepare.py', *args, env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
 def assert_one_line_error(r, *needles):
     assert r.returncode != 0
@@ -380,7 +380,7 @@ def test_read_shard_checks_the_header(tmp_path):
 def test_import_has_no_side_effects(tmp_path):
     code = 'import sys, prepare; assert "torch" not in sys.modules'
     r = subprocess.run([sys.executable, '-c', code], cwd=tmp_path, capture_output=True, text=True,
-                       env={**os.environ, 'PYTHONPATH': REPO}, timeout=60)
+                       env={**os.environ, 'PYTHONPATH': REPO}, timeout=harness.PATIENCE)
     assert r.returncode == 0 and r.stdout == '' and r.stderr == '', r.stderr
     assert os.listdir(tmp_path) == []
 
@@ -420,7 +420,7 @@ def test_gpt2_without_bpe_files_is_one_line_error(tmp_path):
            'HTTPS_PROXY': proxy, 'https_proxy': proxy}
     r = subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), '--tokenizer=gpt2',
                         f'--data_root={tmp_path}'], cwd=REPO, capture_output=True, text=True,
-                       timeout=120, env=env)
+                       timeout=harness.PATIENCE, env=env)
     assert_one_line_error(r, 'TIKTOKEN_CACHE_DIR', '--tokenizer=byte')
 
 def _tiktoken_cache():

@@ -4,7 +4,7 @@ input, every script run as a subprocess (CPU, tiny models, byte-level data made 
 Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts run in a `@work` function
 that the module starts in the background (a few threads, in test order) as soon as the first test asks;
 the test itself then only waits for its own results and asserts."""
-import json, os, re, shutil, signal, socket, subprocess, threading, time
+import json, os, re, signal, socket, subprocess, threading
 from contextlib import nullcontext
 
 import numpy as np
@@ -14,24 +14,14 @@ import torch
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
 
 
-_base_lock = threading.Lock()
-
-
 def base(d):
-    """A folder with data/tiny and out/ckpt.pt of a 2-iteration run, made once, by the first work that asks."""
-    root = d.parent / 'base_run'
-    with _base_lock:
-        if not (root / 'out' / 'ckpt.pt').exists():
-            make_data(root)
-            ok(run(root, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2'))
-    return root
+    """A folder with data/tiny and out/ckpt.pt of a 2-iteration run, trained once a session (harness.py)."""
+    return trained_run(d)
 
 
 def clone(src, dst):
     """dst/data and dst/out as copies of src's; -> the bytes of the checkpoint."""
-    for sub in ('data', 'out'):
-        shutil.copytree(src / sub, dst / sub)
-    return (dst / 'out' / 'ckpt.pt').read_bytes()
+    return copy_run(src, dst)
 
 
 def evals(out):
@@ -71,8 +61,8 @@ def test_resume_is_bitwise_exact_with_dropout_and_eval(job):
 
 
 # ---------------------------------------------------------------- interruption
-def interrupt_after(p, n_iters, sig, deadline=120):
-    """Read p's stdout until 'iter n_iters: loss' is logged, then send sig -> (stdout, stderr, seconds to exit)."""
+def interrupt_after(p, n_iters, sig, deadline=PATIENCE):
+    """Read p's stdout until 'iter n_iters: loss' is logged, then send sig -> (stdout, stderr)."""
     lines, seen, found = [], threading.Event(), []
 
     def reader():
@@ -87,15 +77,13 @@ def interrupt_after(p, n_iters, sig, deadline=120):
     if not seen.wait(deadline) or not found:
         p.kill()
         raise AssertionError(f"no 'iter {n_iters}' logged (within {deadline}s)\n{''.join(lines)}{p.stderr.read()}")
-    t0 = time.time()
     p.send_signal(sig)
     try:
-        p.wait(timeout=30)
+        p.wait(timeout=PATIENCE)
     except subprocess.TimeoutExpired:
         p.kill()
-    took = time.time() - t0
     t.join(10)
-    return ''.join(lines), p.stderr.read(), took
+    return ''.join(lines), p.stderr.read()
 
 
 SIGNALS = {'SIGTERM': signal.SIGTERM, 'SIGINT': signal.SIGINT}
@@ -105,18 +93,17 @@ SIGNALS = {'SIGTERM': signal.SIGTERM, 'SIGINT': signal.SIGINT}
 def interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(d, name):
     make_data(d)
     p = start(d, 'train.py', *TINY, '--max_iters=100000', '--eval_interval=100000')
-    out, err, took = interrupt_after(p, 3, SIGNALS[name])
+    out, err = interrupt_after(p, 3, SIGNALS[name])
     if not (d / 'out' / 'ckpt.pt').exists():
-        return out, err, took, p.returncode, None, None, None
+        return out, err, p.returncode, None, None, None
     ckpt, last = load(d / 'out' / 'ckpt.pt'), max(losses(out), default=0)
     resumed = run(d, 'train.py', *TINY, '--init_from=resume', f'--max_iters={last + 2}', '--eval_interval=100000')
-    return out, err, took, p.returncode, ckpt, resumed, load(d / 'out' / 'ckpt.pt')['iter_num']
+    return out, err, p.returncode, ckpt, resumed, load(d / 'out' / 'ckpt.pt')['iter_num']
 
 
 @pytest.mark.parametrize('name', SIGNALS)
 def test_interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(job, name):
-    out, err, took, rc, ckpt, resumed, resumed_iter = job
-    assert took < 10, f"took {took:.1f}s to exit after {name}"
+    out, err, rc, ckpt, resumed, resumed_iter = job
     assert 'Traceback' not in err, err
     assert rc == 128 + SIGNALS[name], f"exit status {rc}: `a && b` would go on to b"  # 130, 143
     last = max(losses(out))  # the last finished (logged) iteration

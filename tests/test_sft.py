@@ -1,6 +1,6 @@
 """The second stage: SFT rows (prepare.py --dataset=sft), the loss mask, fine-tuning from a trained out_dir (and resuming
 it exactly), and several models in one eval run and one sample run."""
-import json, os, re, subprocess, sys
+import json, os, re
 
 import numpy as np
 import pytest
@@ -45,8 +45,8 @@ def test_masked_targets_do_not_reach_the_loss():
 # ---------------------------------------------------------------- the rows prepare.py writes
 def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
     root = tmp_path / 'data'
-    r = subprocess.run([sys.executable, str(REPO / 'prepare.py'), '--dataset=sft', '--tokenizer=byte', f'--mirror={sources}',
-                        f'--data_root={root}', '--block_size=48', '--eval_docs=1'], capture_output=True, text=True)
+    r = run(REPO, 'prepare.py', '--dataset=sft', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={root}',
+            '--block_size=48', '--eval_docs=1')
     out = ok(r)
     meta = prepare.load_meta(str(root / 'sft_byte'))
     assert meta['row'] == 48
@@ -79,9 +79,8 @@ def test_held_out_sft_samples_share_no_content_with_sft_rows_or_pre_training(sou
     read them; a sample whose prompt or answer a kept one has (a repeated turn) is dropped."""
     root = tmp_path / 'data'
     for name in ('topics', 'sft'):
-        ok(subprocess.run([sys.executable, str(REPO / 'prepare.py'), f'--dataset={name}', '--tokenizer=byte',
-                           f'--mirror={sources}', f'--data_root={root}', '--block_size=64', '--eval_docs=2'],
-                          capture_output=True, text=True))
+        ok(run(REPO, 'prepare.py', f'--dataset={name}', '--tokenizer=byte', f'--mirror={sources}',
+               f'--data_root={root}', '--block_size=64', '--eval_docs=2'))
     held, _ = prepare.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
     assert {d['topic'] for d in held} == {'code', 'math'}  # both held-out dialogues repeat a turn
     text = lambda ids: bytes(ids[ids != EOT].tolist()).decode()

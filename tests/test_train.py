@@ -261,9 +261,8 @@ def bench_prints_one_table(d):
 
 @work
 def bench_times_trained_models_and_an_act_model(d):
-    make_data(d)
-    run_all((d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100'),
-            (d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100', '--act=True', '--out_dir=out-act'))
+    copy_run(trained_run(d), d)
+    ok(run(d, 'train.py', *TINY, '--max_iters=2', '--eval_interval=100', '--act=True', '--out_dir=out-act'))
     return run(d, 'bench.py', *BENCH, '--init_from=out,out-act')
 
 
@@ -326,7 +325,7 @@ def gpu_check_runs_every_step_and_sums_up(d):
            'TRAIN_ARGS': ' '.join([*TINY, '--max_iters=3', '--eval_interval=3', '--lr_decay_iters=3']),
            'EVAL_ARGS': '--eval_iters=1 --batch_size=4 --max_docs=2'}
     return subprocess.run(['bash', str(REPO / 'gpu_check.sh')], cwd=d, env=env, capture_output=True, text=True,
-                          timeout=400), d
+                          timeout=PATIENCE), d
 
 
 def test_gpu_check_runs_every_step_and_sums_up(job):

@@ -1,0 +1,18 @@
+"""The quick tier: `python -m pytest -q -m "not slow"` leaves out the tests that run the scripts end to end. A
+test is slow when it says so (@pytest.mark.slow), or when it waits for a module's background script runs
+(harness.py's `job` / `jobs` fixtures): a new @work test is in the slow tier without a word."""
+import pytest
+
+import harness
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if {'job', 'jobs'} & set(getattr(item, 'fixturenames', ())):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope='module')
+def no_run_left_behind():
+    yield
+    harness.kill_leftovers()
