@@ -445,11 +445,11 @@ def exits(runs, names):
 
 def best_envelope(runs, names):
     """-> [(k, its FLOPs, [per seed: the lowest envelope of the models there])] at each depth k
-    of the single-depth model (the models share its shape)."""
+    of the first model (the models share its shape: single-depth's, where it is there)."""
     out = []
-    for p in next(iter(runs['single'].values()))['val']['fixed']:
+    for p in next(iter(runs[names[0]].values()))['val']['fixed']:
         per_seed = [min(envelope(runs[n][s])(p['flops']) for n in names if s in runs[n])
-                    for s in sorted(runs['single'])]
+                    for s in sorted(runs[names[0]])]
         out.append((p['t'], p['flops'], per_seed))
     return out
 
