@@ -176,8 +176,9 @@ def write_html(path, docs, tokens, shade, top, decode, what):
         for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
             lens, i = [], 0  # 'i-j: t': after iterations i to j the top-1 prediction was t
             for t, same in itertools.groupby(row_top[:, b - 1].tolist()):
-                n = len(list(same))
-                lens, i = lens + [f"{i + 1}-{i + n}: {decode([t])!r}"], i + n
+                n, word = len(list(same)), decode([t])  # (a piece of a character: its id)
+                word = f'token {t}' if '\ufffd' in word else repr(word)
+                lens, i = lens + [f"{i + 1}-{i + n}: {word}"], i + n
             title = '; '.join(lens)
             d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
             spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
