@@ -51,10 +51,13 @@ class GPTConfig:
                 raise InputError(f"GPTConfig({keys}): need {rule}")
 
 def typed(key, value):
-    """key=value as a user types it in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'."""
+    """key=value as a user types it in bash: --top_p=1.5, --out_dir='', "--loops=(2, 0)"."""
     if isinstance(value, str):
         return f"--{key}={shlex.quote(value)}"
-    return shlex.quote(f"--{key}={value!r}")
+    text = f"--{key}={value!r}"
+    if shlex.quote(text) == text or set('"$`\\') & set(text):
+        return shlex.quote(text)
+    return f'"{text}"'  # (reads better than shlex's quotes around a tuple's quoted strings)
 
 def check_rules(rules, values, example):
     """Each rule (like 'batch_size >= 1') must hold for values (a dict): the first that does not
@@ -68,7 +71,7 @@ def check_rules(rules, values, example):
         if not holds:
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
             given = ' '.join(typed(k, values[k]) for k in keys)
-            valid = ' '.join(typed(k, example[k]) for k in keys if example[k] not in ('', None))
+            valid = ' '.join(typed(k, example[k]) for k in keys if example[k] not in ('', None, ()))
             raise InputError(f"{given}: need {rule}" + (f", e.g. {valid}" if valid else ''))
 
 # the fields' valid values: train.py checks them too, naming the --keys
