@@ -11,8 +11,7 @@ import os, json, math, time, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import (InputError, autocast_dtype, exit_kinds, get_device, lacks, load_checkpoint,
-                   typed)
+from model import InputError, autocast_dtype, exits, get_device, load_checkpoint, typed
 from prepare import (check_output, data_error, dataset_folder, folders, get_tokenizer,
                      load_meta, load_tokens, pieces, read_eval_docs, split_folder)
 
@@ -216,9 +215,10 @@ def check(out_dir):
     if suffix_start >= T:
         raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
-    if (exit_kind or thresholds) and (exit_kind or 'maxprob') not in exit_kinds(c):
+    has, lacks = exits(c)
+    if (exit_kind or thresholds) and (exit_kind or 'maxprob') not in has:
         given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
-        raise InputError(f"{given}: the model in {out_dir} has {lacks(c)}; drop it")
+        raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
     # the paper scores targets 193..255 of 256; the report says which ones were scored
     start = suffix_start or min(max(round(193 * T / 256), 1), T - 1)
     name = ckpt['config']['dataset']  # the model's own, or another in its tokenizer

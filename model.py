@@ -50,29 +50,25 @@ class GPTConfig:
                 keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items() if k in rule)
                 raise InputError(f"GPTConfig({keys}): need {rule}")
 
-def typed(key, value):
-    """key=value as a user types it in bash: --top_p=1.5, --out_dir='', "--loops=(2, 0)"."""
-    if isinstance(value, str):
+def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'
+    if type(value) is str:
         return f"--{key}={shlex.quote(value)}"
-    text = f"--{key}={value!r}"
-    if shlex.quote(text) == text or set('"$`\\') & set(text):
-        return shlex.quote(text)
-    return f'"{text}"'  # (reads better than shlex's quotes around a tuple's quoted strings)
+    return shlex.quote(f"--{key}={value}")
+
 
 def check_rules(rules, values, example):
-    """Each rule (like 'batch_size >= 1') must hold for values (a dict): the first that does not
-    is bad input, named as typed, with its keys' values in example (the defaults) as a valid one:
-    '--batch_size=0: need batch_size >= 1, e.g. --batch_size=32'."""
+    """Each rule (like 'batch_size >= 1') must hold for values: the first that does not is bad
+    input, named as typed, with example's values (the defaults) as valid ones."""
     for rule in rules:
-        try:  # (a value of the wrong kind, like a text among numbers, breaks the rule too)
+        try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
             holds = eval(rule, dict(values))
         except Exception:
             holds = False
         if not holds:
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
-            given = ' '.join(typed(k, values[k]) for k in keys)
-            valid = ' '.join(typed(k, example[k]) for k in keys if example[k] not in ('', None, ()))
-            raise InputError(f"{given}: need {rule}" + (f", e.g. {valid}" if valid else ''))
+            valid = ' '.join(typed(k, example[k]) for k in keys if example[k] not in ('', None))
+            raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
+                             + (f", e.g. {valid}" if valid else ''))
 
 # the fields' valid values: train.py checks them too, naming the --keys
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
@@ -406,8 +402,11 @@ class GPT(nn.Module):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
         loops = self.config.loops if n_loops is None else n_loops
         loops = (loops,) * len(self.segments) if isinstance(loops, int) else tuple(loops)
-        if len(loops) != len(self.segments) or min(loops, default=1) < 1:
-            raise InputError(f"n_loops={n_loops}: give one depth >= 1, or {len(self.segments)}")
+        n = len(self.segments)
+        if len(loops) != n or not all(type(k) is int and k >= 1 for k in loops) or n_loops and not n:
+            why = (f"{n} tied segment{'s' * (n > 1)}: give one depth >= 1 for all, e.g. "
+                   "--n_loops=4" + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
+            raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}")
         return loops
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
@@ -577,16 +576,15 @@ def autocast_dtype(device, dtype='', decode=False, trained=''):
     return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
 def get_device(device=''):
-    """-> the device to run on: '' = cuda if this machine has a GPU, else cpu. One it cannot use
-    (cuda without a GPU, mps, a typo) is bad input, named before anything is read or made."""
-    if not device:
-        return 'cuda' if torch.cuda.is_available() else 'cpu'
-    if 'cuda' in device and not torch.cuda.is_available():
-        raise InputError(f"--device={device}, but this machine has no CUDA GPU: use --device=cpu")
+    """-> the --device to run on ('' = cuda if there is a GPU, else cpu); one that this machine
+    cannot use is bad input, named before anything is read or made."""
+    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
     try:
         torch.empty(1, device=device)
     except Exception:
-        raise InputError(f"--device={device} is not usable on this machine: use --device=cpu")
+        why = 'no CUDA GPU here' if 'cuda' in device and not torch.cuda.is_available() else ''
+        raise InputError(f"--device={device} is {why or 'not usable on this machine'}: "
+                         "use --device=cpu")
     return device
 
 def load_checkpoint(path, device='cpu', key='out_dir'):
@@ -621,40 +619,24 @@ def load_checkpoint(path, device='cpu', key='out_dir'):
 
 def parse_exit(s, config=None):
     """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate; with a model's config,
-    only an exit that model has (exit_kinds)."""
+    only an exit that model has (exits)."""
     kind, _, t = s.partition(':')
     try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
-        t = float(t)
-    except ValueError:  # not a number: refused below
+        t = float(t) if kind in ('maxprob', 'resid', 'learned') else -1.0
+    except ValueError:
         t = -1.0
-    if kind not in ('maxprob', 'resid', 'learned') or not t >= 0:
+    if not t >= 0:
         raise InputError(f"--exit_at={s}: write maxprob:T, resid:T or learned:T, T >= 0, "
                          "e.g. --exit_at=maxprob:0.9")
-    if config and kind not in (has := exit_kinds(config)):
+    has, lacks = exits(config) if config else ([kind], '')
+    if kind not in has:
         fix = f"use --exit_at={has[0]}:{t:g}" if has else "drop --exit_at"
-        raise InputError(f"--exit_at={s}: the model has {lacks(config)}; {fix}")
+        raise InputError(f"--exit_at={s}: the model has {lacks}; {fix}")
     return kind, t
 
-def exit_kinds(c):
-    """The per-token exits a model has: none with ACT (its gate picks each token's depth) or
-    without a loop; 'learned' with an exit gate."""
-    return [] if c.act or not c.loops else ['maxprob', 'resid'] + ['learned'] * c.exit_gate
-
-def lacks(c):  # what a model lacks, for an option that needs it
-    return ("an ACT gate that picks each token's depth" if c.act else "no tied loop" if not c.loops
-            else "no exit gate (trained with --exit_gate=True)")
-
-def check_depth(c, n_loops):
-    """--n_loops for the model of config c: one depth >= 1 for every segment, or one per segment."""
-    n, ks = len(c.loops), n_loops if type(n_loops) is tuple else (n_loops,)
-    if n_loops is None or n and (type(n_loops) is int or len(ks) == n) and all(
-            type(k) is int and k >= 1 for k in ks):
-        return
-    if not n:
-        why = lacks(c)
-    elif n == 1:
-        why = "one tied segment: give one depth >= 1, e.g. --n_loops=4"
-    else:
-        why = (f"{n} tied segments: give one depth >= 1 for all, e.g. --n_loops=4, or one each, "
-               f"e.g. '--n_loops={tuple(range(2, 2 + n))}'")
-    raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}")
+def exits(c):
+    """-> the per-token exits a model has, and what it lacks for the others: none with ACT (its gate
+    picks each token's depth) or without a loop; 'learned' with an exit gate."""
+    if c.act or not c.loops:
+        return [], "an ACT gate that picks each token's depth" if c.act else "no tied loop"
+    return ['maxprob', 'resid'] + ['learned'] * c.exit_gate, "no exit gate (--exit_gate=True)"

@@ -144,8 +144,8 @@ def replaced(path):
 
 def check_output(path, key):
     """Before the work starts: can the file path be written, as a shell user means it? (Missing
-    folders the caller makes.) A link to nowhere, a file or folder in the way, a folder that
-    cannot be written: one line naming it."""
+    folders the caller makes.) A link to nowhere, a file or folder in the way, or no write access:
+    one line naming it."""
     where = os.path.abspath(path)
     while not os.path.exists(where):  # the first part of it that exists
         if os.path.islink(where):
@@ -157,8 +157,8 @@ def check_output(path, key):
         why = f"{path} is a folder"
     elif not os.path.isdir(folder):
         why = f"{folder} is a file"
-    elif not os.access(folder, os.W_OK) or not os.access(where, os.W_OK):
-        why = f"{folder if not os.access(folder, os.W_OK) else where} is read-only"
+    elif not (os.access(folder, os.W_OK) and os.access(where, os.W_OK)):
+        why = f"{where} is read-only"
     else:
         return
     raise InputError(f"cannot write {path}: {why}: give another --{key}")

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import torch
-from model import InputError, autocast_dtype, check_depth, get_device, load_checkpoint, parse_exit
+from model import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
 from prepare import folders, get_tokenizer, pieces
 
 out_dir = 'out'  # or several: out-a,out-b
@@ -53,7 +53,7 @@ def paint(text, depth, max_depth):
 
 def load(out_dir):  # a model, its options checked for it, and the dtype it was trained with
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    check_depth(model.config, n_loops)
+    model.depths(n_loops)  # (one depth for all its segments, or one each)
     if exit_at:
         parse_exit(exit_at, model.config)
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])

@@ -299,24 +299,25 @@ if iter_num >= max_iters:
     at = f"{ckpt_path} is at iter {iter_num} and " if init_from == 'resume' else ''
     raise InputError(f"nothing to train: {at}max_iters is {max_iters}; raise --max_iters")
 # -----------------------------------------------------------------------------
-# stopping, all of it: Ctrl-C, SIGTERM and SIGHUP (the terminal closed) only ask to stop; the
-# loop then finishes its step, saves, says how to resume and exits as a shell reports the signal
+# stopping, all of it: Ctrl-C, SIGTERM and SIGHUP (the terminal closed; not under nohup) only ask
+# to stop; the loop then finishes its step, saves, and exits as a shell reports the signal
 stop = []  # the signals received
 
 def request_stop(signum, frame):
-    """A second signal stops at once: the checkpoint is written to a .tmp file and renamed, so it
-    stays whole."""
+    """Say how to resume, now: after SIGHUP the terminal is gone, and what the run prints from
+    here on goes nowhere. A second signal stops at once (ckpt.pt stays whole: see save_checkpoint)."""
     if stop:
         raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
     stop.append(signum)
-    try:
+    with suppress(OSError):  # (a closed terminal cannot be written to: the run saves all the same)
         if master:
-            print(f"\nstopping: finishing this step, then saving {ckpt_path} (again: stop at once)",
-                  flush=True)
-    except OSError:  # the terminal is gone (SIGHUP): the rest goes nowhere; the run still saves
+            print(f"\nstopping: finishing this step, then saving {ckpt_path}; resume with  "
+                  f"{resume_command()}  (again: stop at once)", flush=True)
+    if signum == signal.SIGHUP:
         sys.stdout = sys.stderr = open(os.devnull, 'w')
 for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(signum, request_stop)
+    if signal.getsignal(signum) != signal.SIG_IGN or signum != signal.SIGHUP:  # (nohup: go on)
+        signal.signal(signum, request_stop)
 
 def stopping():
     """Was any process asked to stop? All must agree, or the others would wait forever in the next

@@ -216,7 +216,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'eval_block_size_-5': (('eval.py', '--block_size=-5'), ['block_size=-5', 'block_size >= 0']),
     'eval_suffix_start_-1': (('eval.py', '--suffix_start=-1'), ['suffix_start=-1', 'suffix_start >= 0']),
     'eval_thresholds_negative': (('eval.py', '--thresholds=(0.5,-1)'), ['thresholds=(0.5, -1)', 't >= 0']),
-    'eval_thresholds_not_numbers': (('eval.py', "--thresholds=(0.5,'a')"), ["thresholds=(0.5, 'a')", 'float']),
+    'eval_thresholds_not_numbers': (('eval.py', "--thresholds=(0.5,'a')"), ['thresholds=(0.5, ', 'float']),
     'eval_exit_kind': (('eval.py', '--exit_kind=entropy'), ['--exit_kind=entropy', 'maxprob', 'resid']),
     'eval_seed_-1': (('eval.py', '--seed=-1'), ['seed=-1', '0 <= seed']),
     'prepare_eval_docs_-1': (('prepare.py', '--mirror=nowhere', '--eval_docs=-1'), ['eval_docs=-1', 'eval_docs >= 1']),
