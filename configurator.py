@@ -25,7 +25,7 @@ def _excepthook(kind, err, tb, _default=sys.excepthook):
     if not (issubclass(kind, InputError) or memory):
         _default(kind, err, tb)
     elif os.environ.get('RANK', '0') == '0':
-        size = re.search(r'[Tt]ried to allocate [^.(]*\d[^.(]*', str(err))
+        size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
         fix = 'lower --batch_size' if 'batch_size' in globals() else 'use a smaller model'
         print(f"error: {f'out of memory ({size and size[0]}): {fix}' if memory else err}",
               file=sys.stderr)

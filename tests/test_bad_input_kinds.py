@@ -307,14 +307,13 @@ def resume_in_every_documented_form(d):
                                                  go('tiny.py', '--max_iters=6', '--out_dir=bare'),
                                                  go('tiny.py', '--max_iters=6', '--out_dir=typed'))]
     resumed = [finish(p) for p in (go('--out_dir=bare', '--init_from=resume', '--max_iters=12'),
-                                   go('tiny.py', '--out_dir=typed', '--max_iters=12', '--init_from=resume'),
-                                   # the run's warmup (2) is what --lr_decay_iters must pass, not the default's
-                                   go('--out_dir=straight', '--init_from=resume', '--max_iters=13',
-                                      '--lr_decay_iters=50'))]
+                                   go('tiny.py', '--out_dir=typed', '--max_iters=12', '--init_from=resume'))]
+    ckpts = {name: load(d / name / 'ckpt.pt') for name in ('straight', 'bare', 'typed')}
+    # the run's warmup (2) is what --lr_decay_iters must pass, not the default's (1000)
+    resumed.append(finish(go('--out_dir=straight', '--init_from=resume', '--max_iters=13', '--lr_decay_iters=50')))
     scripts = [finish(start(d, *cmd, launcher=FAKE_BF16)) for cmd in (
         ('eval.py', '--out_dir=bare', '--eval_iters=1', '--batch_size=4'),
         ('sample.py', '--out_dir=bare', '--max_new_tokens=2', '--num_samples=1'))]
-    ckpts = {name: load(d / name / 'ckpt.pt') for name in ('straight', 'bare', 'typed')}
     return straight, bare, typed, resumed, scripts, ckpts
 
 
