@@ -193,8 +193,8 @@ def print_report(r):
         print(f"  note: {s['pad_fraction']:.0%} of the scored targets are padding (over 5%): "
               "the unmasked NLL mostly measures padding; rank by masked")
     print_rows("depth scan (val; k loops in every segment)", r['depth_scan'])
-    print_rows(f"early exit ({exit_kind or 'maxprob'}, per token, post hoc) vs uniform depth at the "
-               "same mean depth (diff < 0: exit wins; none with ACT or without a loop)",
+    print_rows(f"early exit ({exit_kind or 'maxprob'}, per token, post hoc) vs uniform depth at "
+               "the same mean depth (diff < 0: exit wins; none with ACT or without a loop)",
                [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']])
     print_rows(f"topics (NLL over the real tokens of each doc's block; depth from "
                f"{r['depth_source']})", [dict(topic=n, **t) for n, t in r['topics'].items()])
@@ -233,7 +233,7 @@ def check(out_dir):
     check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
     if html:
         check_output(html_file(out_dir), 'html')
-    precision = autocast_dtype(device, dtype, trained=ckpt['config']['dtype'])
+    precision = autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
     return model.eval(), data_dir, T, start, precision
 
 def html_file(model_dir):  # its depth map: at --html, or with several out_dirs, that name in each

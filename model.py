@@ -403,9 +403,9 @@ class GPT(nn.Module):
         loops = self.config.loops if n_loops is None else n_loops
         loops = (loops,) * len(self.segments) if isinstance(loops, int) else tuple(loops)
         n = len(self.segments)
-        if len(loops) != n or not all(type(k) is int and k >= 1 for k in loops) or n_loops and not n:
-            why = (f"{n} tied segment{'s' * (n > 1)}: give one depth >= 1 for all, e.g. "
-                   "--n_loops=4" + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
+        if len(loops) != n or not all(type(k) is int and k > 0 for k in loops) or n_loops and not n:
+            why = (f"{n} tied segment{'s' * (n > 1)}: give one depth >= 1 for all, e.g. --n_loops=4"
+                   + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
             raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}")
         return loops
 

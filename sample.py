@@ -60,7 +60,7 @@ def load(out_dir):  # a model, its options checked for it, and the dtype it was 
     if not encode(start):
         raise InputError("the prompt is empty: give some text, e.g. --start='\\n' "
                          "or --start=FILE:prompt.txt")
-    _, ctx, precision = autocast_dtype(device, dtype, True, ckpt['config']['dtype'])
+    _, ctx, precision = autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
     return model.eval(), ctx, precision, encode, decode
 
 def sample(model, ctx, precision, encode, decode):  # num_samples samples, each after the prompt

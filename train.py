@@ -105,7 +105,7 @@ if init_from == 'resume':
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
     run = {k: v for k, v in ckpt['config'].items() if k in config_keys and k not in RUN_ONLY}
     print(f"resuming from {ckpt_path} at iter {iter_num}")
-elif init_from != 'scratch':  # fine-tuning: the weights and the architecture only
+elif init_from not in ('scratch', ''):  # fine-tuning: weights and architecture ('': below)
     model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from')
     run = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
     print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
@@ -305,7 +305,7 @@ stop = []  # the signals received
 
 def request_stop(signum, frame):
     """Say how to resume, now: after SIGHUP the terminal is gone, and what the run prints from
-    here on goes nowhere. A second signal stops at once (ckpt.pt stays whole: see save_checkpoint)."""
+    here on goes nowhere. A second signal stops at once (ckpt.pt stays whole: save_checkpoint)."""
     if stop:
         raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
     stop.append(signum)
