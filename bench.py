@@ -24,7 +24,8 @@ import sys
 import time
 import shlex
 import torch
-from model import GPTConfig, GPT, Block, autocast_dtype, load_checkpoint, parse_exit
+from model import (GPTConfig, GPT, Block, InputError, autocast_dtype, get_device, load_checkpoint,
+                   parse_exit)
 from prepare import get_tokenizer
 
 # training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step
@@ -57,7 +58,7 @@ _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in
           "dtype in ('', 'float32', 'bfloat16')", "prompt != ''"]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
-device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+device = get_device(device)
 cuda = 'cuda' in device
 FP32, BF16 = (torch.autocast('cuda' if cuda else 'cpu', torch.bfloat16, enabled=on)
               for on in (False, True))  # each reusable: the contexts the dtype rows compare
@@ -238,18 +239,19 @@ if not init_from:  # random weights, byte tokens; and the same shape with an ACT
 for path in filter(None, init_from.split(',')):  # trained models: the exits see real confidence
     model, ckpt = load_checkpoint(os.path.join(path, 'ckpt.pt'), device)
     ids = get_tokenizer(ckpt['meta']['tokenizer'])[0](prompt)
-    policies = [('exit ' + e, model, exit) for e, exit in exits.items()]
+    policies = [('ACT gate', model, None)]  # it stops by its own gate, or by the exits it has:
     full = model
-    if model.config.act:  # it stops by its own gate; at full depth: the same blocks, no gate
-        policies = [('ACT gate', model, None)]
+    if model.config.act:  # at full depth: the same blocks, no gate
         full = GPT(GPTConfig(**{**ckpt['model_args'], 'act': False})).to(device)
         full.load_state_dict(ckpt['model'], strict=False)
+    else:
+        policies = [('exit ' + e, model, parse_exit(e, model.config)) for e in exits]
     groups.append((path, full, ids, policies))
 for name, full, ids, policies in groups:
     for m in [full] + [m for _, m, _ in policies]:
         m.eval()
     if len(ids) + gen_tokens > full.config.block_size:
-        raise ValueError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than "
+        raise InputError(f"prompt + gen_tokens = {len(ids)} + {gen_tokens} tokens is more than "
                          f"{name}'s block_size {full.config.block_size}: lower them (past "
                          f"block_size every step re-encodes, which is not what to time)")
 

@@ -11,26 +11,27 @@ import os, json, math, time, itertools, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import autocast_dtype, load_checkpoint
+from model import InputError, autocast_dtype, exits, get_device, load_checkpoint, typed
 from prepare import (check_output, data_error, dataset_folder, folders, get_tokenizer,
                      load_meta, load_tokens, pieces, read_eval_docs, split_folder)
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
 dataset = ''            # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
-device = 'cuda' if torch.cuda.is_available() else 'cpu'
-dtype = ''              # '' = bf16 autocast on CUDA and on CPUs with bf16 instructions
+device = ''             # '' = cuda if available, else cpu
+dtype = ''              # '' = the dtype the model was trained with
 batch_size = 8
 eval_iters = 10         # val batches for the depth scan and the early-exit curve
 block_size = 0          # 0 = the model's
 suffix_start = 0        # first scored target position; 0 = the paper's 193 of 256, scaled
-exit_kind = 'maxprob'   # post-hoc exit: 'maxprob' (stop once confident), 'resid' (once still)
+exit_kind = ''          # post-hoc exit: 'maxprob' (stop once confident; '' = it, where the model
+                        # has exits), 'resid' (once still)
 thresholds = ()         # () = the default sweep for exit_kind
 max_docs = 200          # eval.jsonl documents per topic
-html = ''               # write the depth map to this file
+html = ''               # write the depth map to this file (several out_dirs: to this name in each)
 seed = 1337
 _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
-          'max_docs >= 1', '0 <= seed < 2**64', "exit_kind in ('maxprob', 'resid')",
+          'max_docs >= 1', '0 <= seed < 2**64', "exit_kind in ('', 'maxprob', 'resid')",
           'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
           "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks these rules
 # -----------------------------------------------------------------------------
@@ -104,7 +105,7 @@ def suffix_nll(nll, real, columns):
 def val_rows(data, T, n, seed):
     """n rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
     if len(data) <= T:
-        raise ValueError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
+        raise InputError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
     ix = torch.randint(len(data) - T, (n,), generator=torch.Generator().manual_seed(seed))
     return torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in ix.tolist()])
@@ -214,30 +215,45 @@ def print_report(r):
           f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
-@torch.no_grad()
-def evaluate(out_dir, device, dataset, block_size, suffix_start, batch_size, eval_iters, seed,
-             exit_kind, thresholds, max_docs, html):
-    """One checkpoint: prints its report, writes out_dir/eval.json (and the depth map to html).
-    Each argument is the setting of that name at the top of this file."""
+def check(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, thresholds,
+          html):
+    """One checkpoint's options, before any work (each argument: the setting of that name at the
+    top of this file): its block size, exit kind, data and the files it writes -> (the model, its
+    data folder, T, its autocast: the dtype it was trained with, unless --dtype)."""
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    model.eval()
     c, T = model.config, block_size or model.config.block_size
     if T > c.block_size:
-        raise ValueError(f"block_size={T} is larger than the model's {c.block_size}: "
-                         "use --block_size=0 (the model's) or less")
+        raise InputError(f"--block_size={T} is larger than the model's {c.block_size}: use "
+                         "--block_size=0 (the model's) or less")
     if suffix_start >= T:
-        raise ValueError(f"suffix_start={suffix_start} is not below the block size {T}: use "
+        raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
-    start, columns = suffix(T, suffix_start)  # the report says which targets were scored
+    has, lacks = exits(c)
+    if (exit_kind or thresholds) and (exit_kind or 'maxprob') not in has:
+        given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
+        raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
     name = ckpt['config']['dataset']  # the model's own, or another in its tokenizer
     if dataset:
         name = dataset_folder(split_folder(dataset)[0], split_folder(name)[1])
     data_dir = os.path.join('data', name)
     meta = load_meta(data_dir)
     if meta['vocab_size'] != c.vocab_size:
-        raise ValueError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
+        raise InputError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
                          f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
                          "the tokenizer the model was trained with")
+    check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
+    if html:
+        check_output(html, 'html')
+    precision = autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
+    return model.eval(), data_dir, T, precision
+
+@torch.no_grad()
+def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
+             thresholds, max_docs, html):
+    """One checkpoint, its options checked: prints its report, writes out_dir/eval.json (and the
+    depth map to html). Each argument is the setting of that name at the top of this file."""
+    c = model.config
+    start, columns = suffix(T, suffix_start)  # the report says which targets were scored
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
     # at the trained depth: suffix NLL, topic NLL and depth, the probes
     nll, depth, resid, moved, entropy = score(model, x, batch_size)
@@ -246,34 +262,37 @@ def evaluate(out_dir, device, dataset, block_size, suffix_start, batch_size, eva
     source = 'the ACT gate' if c.act else 'the trained depth' if c.loops else 'no loop'
     rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
     scan = depth_scan(model, rows, batch_size)
-    curve = early_exit_curve(model, rows, scan, batch_size, exit_kind, thresholds)
+    kind = exit_kind or 'maxprob'
+    curve = early_exit_curve(model, rows, scan, batch_size, kind, thresholds or DEFAULTS[kind])
     report = dict(suffix_nll=suffix_nll(nll, real, columns), depth_scan=scan, early_exit=curve,
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
-                  eval_docs=len(docs), skipped_lines=n_bad, exit_kind=exit_kind,
+                  eval_docs=len(docs), skipped_lines=n_bad, exit_kind=kind,
                   docs=os.path.join(data_dir, 'eval.jsonl'))
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
     if html:  # each topic's first three documents (docs come grouped by topic), and the lens
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
-        info = model(x[shown].to(device), lens=True)[2]  # GPT.lens: top and settled
+        info = model(x[shown].to(next(model.parameters()).device), lens=True)[2]  # GPT.lens
         shade, what = (depth[shown], 'loop depth, from the ACT gate') if c.act else (
             info['settled'][:, :-1].cpu(), f'the iteration its prediction settled at ({source})')
         write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
-                   info['top'].cpu(), get_tokenizer(meta['tokenizer'])[1], what)
+                   info['top'].cpu(), get_tokenizer(load_meta(data_dir)['tokenizer'])[1], what)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
+
+def html_file(model_dir, several):  # --html, or with several out_dirs, that name in each
+    return os.path.join(model_dir, os.path.basename(html)) if several and html else html
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    _, ctx, precision = autocast_dtype(device, dtype)
-    print(precision)
-    for d in folders(out_dir):  # before the work: every file the run writes can be written
-        check_output(os.path.join(d, 'eval.json'), 'out_dir')
-    if html:
-        check_output(html, 'html')
-    with ctx:  # several out_dirs (a,b,c): each evaluated in turn, each its own eval.json
-        for d in folders(out_dir):
-            evaluate(d, device, dataset, block_size, suffix_start, batch_size, eval_iters, seed,
-                     exit_kind, thresholds or DEFAULTS[exit_kind], max_docs, html)
+    device = get_device(device)
+    dirs = folders(out_dir)
+    checked = {d: check(d, device, dtype, dataset, block_size, suffix_start, exit_kind,
+                        thresholds, html_file(d, len(dirs) > 1)) for d in dirs}  # before any work
+    for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():
+        print(precision)
+        with ctx:  # several out_dirs (a,b,c): each evaluated in turn, each its own eval.json
+            evaluate(d, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
+                     thresholds, max_docs, html_file(d, len(dirs) > 1))

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import ExitGate, load_checkpoint
+from model import ExitGate, InputError, load_checkpoint
 from prepare import check_output, load_meta, load_tokens, sft_targets
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
@@ -79,8 +79,7 @@ eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
 _valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", 'len(seeds) >= 1',
-          'stage_two_steps >= 1', 'jobs >= 1',
-          "set(models.split(',')) <= set(MODELS) or models == ''"]
+          'stage_two_steps >= 1', 'jobs >= 1']
 
 def run_dir(name, seed):
     return os.path.join(runs, f'{name}-s{seed}')
@@ -113,7 +112,7 @@ def train(name, seed):
     with open(log, 'a' if why else 'w') as f:
         r = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT)
     if r.returncode:
-        raise ValueError(f"training {out_dir} failed (exit {r.returncode}): see {log}")
+        raise InputError(f"training {out_dir} failed (exit {r.returncode}): see {log}")
 
 MARGIN = 0.01  # stage II: the gate learns 'go on' where the next depth gains more (nats)
 
@@ -632,11 +631,14 @@ def chart(runs):
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+    names = models.split(',') if models else list(MODELS)
+    if unknown := [name for name in names if name not in MODELS]:
+        raise InputError(f"--models={models}: no model {', '.join(unknown)}; choose from "
+                         f"{', '.join(MODELS)}, e.g. --models=single,multi")
     check_output(os.path.join(results, 'findings.md'), 'results')  # before hours of training
     os.makedirs(results, exist_ok=True)
     for data_dir in (TOPICS, SFT):  # before hours of training: is the data there? (else: how)
         load_meta(data_dir)
-    names = models.split(',') if models else list(MODELS)
     measured = campaign(names)
     for name, text in (('findings.md', findings(measured)), ('frontier.svg', chart(measured))):
         with open(os.path.join(results, name), 'w') as f:

@@ -5,14 +5,22 @@ Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until
 a segment decides each token's depth: exits, ACT), GPT.objective, then KVCache and generate.
 """
 import os
+import re
 import glob
 import math
+import shlex
 from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
+
+class InputError(ValueError):
+    """Bad input, raised on purpose with a message that names the problem and the fix: a script
+    prints it as one line, 'error: <message>' (configurator.py's excepthook). Any other exception
+    is a bug until shown otherwise, and keeps its traceback."""
 
 @dataclass
 class GPTConfig:
@@ -40,9 +48,29 @@ class GPTConfig:
         for rule in RULES:  # a library user gets the line configurator.py gives a script's user
             if not eval(rule, vars(self).copy()):
                 keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items() if k in rule)
-                raise ValueError(f"GPTConfig({keys}): need {rule}")
+                raise InputError(f"GPTConfig({keys}): need {rule}")
 
-# the fields' valid values: train.py's configurator.py checks them too, naming the --keys
+def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'
+    if type(value) is str:
+        return f"--{key}={shlex.quote(value)}"
+    return shlex.quote(f"--{key}={value}")
+
+
+def check_rules(rules, values, example):
+    """Each rule (like 'batch_size >= 1') must hold for values: the first that does not is bad
+    input, named as typed, with example's values (the defaults) as valid ones."""
+    for rule in rules:
+        try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
+            holds = eval(rule, dict(values))
+        except Exception:
+            holds = False
+        if not holds:
+            keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
+            valid = ' '.join(typed(k, example[k]) for k in keys if example[k] not in ('', None))
+            raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
+                             + (f", e.g. {valid}" if valid else ''))
+
+# the fields' valid values: train.py checks them too, naming the --keys
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
@@ -382,8 +410,11 @@ class GPT(nn.Module):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
         loops = self.config.loops if n_loops is None else n_loops
         loops = (loops,) * len(self.segments) if isinstance(loops, int) else tuple(loops)
-        if len(loops) != len(self.segments) or min(loops, default=1) < 1:
-            raise ValueError(f"n_loops={n_loops}: give one depth >= 1, or {len(self.segments)}")
+        n = len(self.segments)
+        if len(loops) != n or not all(type(k) is int and k > 0 for k in loops) or n_loops and not n:
+            why = (f"{n} tied segment{'s' * (n > 1)}: give one depth >= 1 for all, e.g. --n_loops=4"
+                   + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
+            raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}")
         return loops
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None, lens=False):
@@ -418,7 +449,7 @@ class GPT(nn.Module):
     def embed(self, idx, start=0):
         """Token + position embeddings (positions from start: the tokens a KV cache holds), LN."""
         if start + idx.size(1) > self.config.block_size:
-            raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
+            raise InputError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
                              f"block_size {self.config.block_size}")
         pos = torch.arange(start, start + idx.size(1), device=idx.device)
         return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
@@ -466,13 +497,13 @@ class GPT(nn.Module):
         """-> how segment's loop decides each token's depth: None (every token runs k), the ACT
         gate (its eps 0.01), or the post-hoc exit (kind, t)."""
         if self.config.act and exit is not None:
-            raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
+            raise InputError(f"exit={exit}: the ACT gate already chooses each token's depth")
         if self.config.act:
             return StopRule(self, 'act', 0.01, segment, k, z)
         if exit is None:
             return None
         if exit[0] not in ('maxprob', 'resid') + ('learned',) * (self.exit_gate is not None):
-            raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
+            raise InputError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
                              "gate, ('learned', q)")
         return StopRule(self, *exit, segment, k, z, cache)
 
@@ -538,16 +569,19 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
 
-def autocast_dtype(device, dtype='', decode=False):
+def autocast_dtype(device, dtype='', decode=False, trained=''):
     """-> (dtype, its autocast context (reusable), a line saying which and why) for the --dtype key
-    on device; '' picks: bfloat16 autocast on CUDA, and on a CPU with bf16 instructions (AMX,
-    AVX-512 BF16: bf16 matmuls ~4x fp32's speed) unless it is to decode (a token at a time,
+    on device; '' picks: the dtype the model was trained with (trained: sample.py and eval.py
+    compute as training did), else bfloat16 autocast on CUDA, and on a CPU with bf16 instructions
+    (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed) unless it is to decode (a token at a time,
     autocast's casts cost more than its matmuls save), float32 on other CPUs (which emulate bf16,
     slower than fp32). Under autocast the parameters, so the checkpoints, stay float32: only the
     matmuls run in bf16."""
     device_type = 'cuda' if 'cuda' in device else 'cpu'
     why = f"--dtype={dtype}"
-    if not dtype and device_type == 'cuda':
+    if not dtype and trained:
+        dtype, why = trained, "the dtype the model was trained with"
+    elif not dtype and device_type == 'cuda':
         dtype, why = 'bfloat16', "the default on CUDA"
     elif not dtype and decode:
         dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
@@ -560,35 +594,68 @@ def autocast_dtype(device, dtype='', decode=False):
     ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
     return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
+def get_device(device=''):
+    """-> the --device to run on ('' = cuda if there is a GPU, else cpu); one that this machine
+    cannot use is bad input, named before anything is read or made."""
+    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        torch.empty(1, device=device)
+    except Exception:
+        why = 'no CUDA GPU here' if 'cuda' in device and not torch.cuda.is_available() else ''
+        raise InputError(f"--device={device} is {why or 'not usable on this machine'}: "
+                         "use --device=cpu")
+    return device
+
 def load_checkpoint(path, device='cpu', key='out_dir'):
     """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,
-    never code (unpickling anything else could run it). key: the option that names its folder."""
+    never code (unpickling anything else could run it). key: the option that names its folder.
+    A checkpoint of another nanoloop version: the keys that differ are named."""
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
-        model = GPT(GPTConfig(**ckpt['model_args']))
-        model.load_state_dict(ckpt['model'])
-    except FileNotFoundError:  # name the out_dirs that do hold one, the newest first
+        lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
+    except FileNotFoundError:  # the out_dir with a checkpoint whose name is closest, or the newest
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
+        near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]  # a typo's, or newest
         hint = f": train one first, or set --{key}"
         if found:
-            hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(found[0])}"
-        raise FileNotFoundError(f"no checkpoint at {path}{hint}") from None
+            hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}"
+        raise InputError(f"no checkpoint at {path}{hint}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = "is truncated or not a nanoloop checkpoint"
         if 'Unsupported global' in str(e):
             why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
-        raise ValueError(f"{path} {why}") from None
-    if lacking := {'meta', 'config'} - set(ckpt):  # what the scripts read besides the weights
-        raise ValueError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
+        raise InputError(f"{path} {why}") from None
+    if lacking:  # what the scripts read besides the weights
+        raise InputError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
+    try:  # saved by another version of nanoloop? name the keys that differ (torch lists them)
+        model = GPT(GPTConfig(**ckpt['model_args']))
+        model.load_state_dict(ckpt['model'])
+    except (TypeError, ValueError, RuntimeError) as e:
+        why = ' '.join(str(e).split())
+        raise InputError(f"{path} does not fit this version of nanoloop ({why}): use the version "
+                         "that saved it, or train it again") from None
     return model.to(device), ckpt
 
-def parse_exit(s):
-    """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate."""
+def parse_exit(s, config=None):
+    """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate; with a model's config,
+    only an exit that model has (exits)."""
     kind, _, t = s.partition(':')
     try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
-        if kind in ('maxprob', 'resid', 'learned') and float(t) >= 0:
-            return kind, float(t)
-    except ValueError:  # not a number: the error below
-        pass
-    raise ValueError(f"exit_at={s!r}: write 'maxprob:T', 'resid:T' or 'learned:T', T >= 0, "
-                     "e.g. 'maxprob:0.9'")
+        t = float(t) if kind in ('maxprob', 'resid', 'learned') else -1.0
+    except ValueError:
+        t = -1.0
+    if not t >= 0:
+        raise InputError(f"--exit_at={s}: write maxprob:T, resid:T or learned:T, T >= 0, "
+                         "e.g. --exit_at=maxprob:0.9")
+    has, lacks = exits(config) if config else ([kind], '')
+    if kind not in has:
+        fix = f"use --exit_at={has[0]}:{t:g}" if has else "drop --exit_at"
+        raise InputError(f"--exit_at={s}: the model has {lacks}; {fix}")
+    return kind, t
+
+def exits(c):
+    """-> the per-token exits a model has, and what it lacks for the others: none with ACT (its gate
+    picks each token's depth) or without a loop; 'learned' with an exit gate."""
+    if c.act or not c.loops:
+        return [], "an ACT gate that picks each token's depth" if c.act else "no tied loop"
+    return ['maxprob', 'resid'] + ['learned'] * c.exit_gate, "no exit gate (--exit_gate=True)"

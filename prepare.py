@@ -8,6 +8,7 @@ $ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, itertools, json, os, pathlib, random, re, shutil, zipfile
 from contextlib import contextmanager
 import numpy as np
+from model import InputError
 
 dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare', 'fineweb', 'sft'
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, needs no vocabulary files)
@@ -38,12 +39,12 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT
         decode = lambda ids: b''.join(map(eot, map(int, ids))).decode('utf-8', 'replace')
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
-        raise ValueError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
+        raise InputError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
     import tiktoken  # imported here, so byte-level runs need no vocabulary files
     try:
         enc = tiktoken.get_encoding('gpt2')  # downloads the BPE files unless in TIKTOKEN_CACHE_DIR
     except (OSError, ValueError) as e:
-        raise ValueError(f"no gpt2 BPE files ({type(e).__name__}): export "
+        raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export "
                          "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
@@ -61,15 +62,15 @@ def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/t
 def split_folder(folder):  # the inverse: 'topics_byte' -> ('topics', 'byte')
     return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
 
-def data_error(path, why, kind=ValueError):  # -> the error: the file, what is wrong, the fix
+def data_error(path, why):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
     dataset, tokenizer = split_folder(name)
     if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
-        return kind(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} (and "
-                    f"*_byte), not {name}: check --dataset")
+        return InputError(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} "
+                          f"(and *_byte), not {name}: check --dataset")
     extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-    return kind(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
-                f"--tokenizer={tokenizer}{extra}")
+    return InputError(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
+                      f"--tokenizer={tokenizer}{extra}")
 
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
     path = os.path.join(data_dir, 'meta.json')
@@ -77,7 +78,7 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
         root = os.path.dirname(os.path.normpath(data_dir)) or '.'
         where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
                                                 f"{os.getcwd()}: run from the one that holds it)")
-        raise data_error(path, 'not found' + where, FileNotFoundError)
+        raise data_error(path, 'not found' + where)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.loads(pathlib.Path(path).read_bytes())
         meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
@@ -96,13 +97,15 @@ def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from d
         tokens = np.memmap(path, meta['dtype'], 'r')
     except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
         raise data_error(path, f"is unusable ({e})") from None
+    if meta['row'] and len(tokens) % meta['row']:  # SFT: whole rows, as meta.json says
+        raise data_error(path, f"holds {len(tokens):,} tokens: not whole rows of {meta['row']}")
     if (top := tokens.max()) >= meta['vocab_size']:  # it would index past the embedding
         raise data_error(path, f"holds token id {top} >= vocab_size {meta['vocab_size']}")
     return tokens
 
 def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
     if not os.path.isfile(path):
-        raise data_error(path, 'not found', FileNotFoundError)
+        raise data_error(path, 'not found')
     with open(path, 'rb') as f:  # bytes: a line that is not UTF-8 is malformed too
         rows = [doc_or_none(line) for line in f if line.strip()]
     return [d for d in rows if d], rows.count(None)
@@ -140,20 +143,34 @@ def replaced(path):
         shutil.rmtree(old, ignore_errors=True)
 
 def check_output(path, key):
-    """Before the work starts: can the file path be written? (Missing folders: the caller makes.)"""
-    where = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(where):  # the folder that os.makedirs would make them in
+    """Before the work starts: can the file path be written, as a shell user means it? (Missing
+    folders the caller makes.) A link to nowhere, a file or folder in the way, or no write access:
+    one line naming it."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where):  # the first part of it that exists
+        if os.path.islink(where):
+            raise InputError(f"cannot write {path}: {where} is a link to {os.readlink(where)}, "
+                             f"which does not exist: make it, or give another --{key}")
         where = os.path.dirname(where)
-    if not os.path.isdir(where):
-        raise ValueError(f"cannot write {path}: {where} is a file: give another --{key}")
-    if os.path.isdir(path) or not os.access(where, os.W_OK):
-        why = f"{path} is a folder" if os.path.isdir(path) else f"{where} is read-only"
-        raise ValueError(f"cannot write {path}: {why}: give another --{key}")
+    folder = where if where != os.path.abspath(path) else os.path.dirname(where)
+    if os.path.isdir(path):
+        why = f"{path} is a folder"
+    elif not os.path.isdir(folder):
+        why = f"{folder} is a file"
+    elif not (os.access(folder, os.W_OK) and os.access(where, os.W_OK)):
+        why = f"{where} is read-only"
+    else:
+        return
+    raise InputError(f"cannot write {path}: {why}: give another --{key}")
 
-def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
+def folders(value, once=True):
+    """--out_dir='a,b' -> ['a', 'b']; none empty, each once. A folder whose own name has a comma
+    (--out_dir=run-lr3e-3,bs16) is one folder: a name is never split where the user did not."""
+    if os.path.isdir(value):
+        return [value]
     if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
         why = 'an empty name' if '' in names else 'a folder named twice'
-        raise ValueError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
+        raise InputError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
     return names
 
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
@@ -161,7 +178,7 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
     if os.path.isfile(local):  # a rerun reuses what an earlier run downloaded
         return local
     if mirror:
-        raise FileNotFoundError(f"{local} not found: --mirror must be laid out as <host>/<path>")
+        raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
     import requests  # imported here: importing prepare.py stays quick
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path  # tests: local servers
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
@@ -177,7 +194,7 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
         print()
         os.replace(tmp, local)
     except OSError as e:  # requests' errors too; -> one line, which the excepthook prints
-        raise ValueError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
+        raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
                          "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
     finally:  # after an error or Ctrl-C, no leftovers
         pathlib.Path(tmp).unlink(missing_ok=True)
@@ -274,7 +291,7 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
         docs = [encode(d) + [eot] for d in kept]
     n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
-        raise ValueError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
+        raise InputError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
                          + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
@@ -285,13 +302,16 @@ def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, 
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
+    if len(rows) < len(samples) / 2:  # most of the data lost: refused (an old folder stays)
+        raise InputError(f"--block_size={block_size} keeps {len(rows):,} of {len(samples):,} "
+                         "samples (the others are longer): raise it, e.g. --block_size=256")
     held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
             if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
     return held, rows
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
     if tokenizer != 'gpt2':
-        raise ValueError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
+        raise InputError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
     held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]
@@ -299,17 +319,21 @@ def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 
 def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), then the tokens
     header, size = np.fromfile(path, dtype='<i4', count=256), os.path.getsize(path)
     if len(header) < 256 or list(header[:2]) != [20240520, 1] or size != 1024 + 2 * int(header[2]):
-        raise ValueError(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
+        raise InputError(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
                          f"magic 20240520, version 1, token count), file size {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
 def main():
     if dataset not in DATASETS and dataset != 'fineweb':
-        raise ValueError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
+        raise InputError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
-    check_output(os.path.join(out_dir, 'meta.json'), 'data_root')
+    for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (built beside it)
+        check_output(path, 'data_root')
     with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
+        if not held:  # eval.py needs held-out documents
+            raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
+                             (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows
         lines = [json.dumps({'topic': t, **d}, ensure_ascii=False) + '\n' for t, d in held]

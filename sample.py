@@ -9,7 +9,7 @@ import os
 import sys
 import time
 import torch
-from model import autocast_dtype, load_checkpoint, parse_exit
+from model import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
 from prepare import folders, get_tokenizer, pieces
 
 out_dir = 'out'  # or several: out-a,out-b
@@ -26,7 +26,7 @@ show_depth = False  # colour each new token by its loop depth (ACT gate, or exit
 # fixed depth by the iteration at which its prediction settled (the logit lens: GPT.lens)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
-dtype = ''  # '' = bfloat16 autocast on CUDA, float32 on CPUs (decoding: faster than bf16)
+dtype = ''  # '' = the dtype the model was trained with
 _valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k >= 0',
           '0 < top_p <= 1', 'repetition_penalty > 0', '0 <= seed < 2**64',
           'type(n_loops) in (int, tuple, type(None))',
@@ -34,19 +34,17 @@ _valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k 
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 
-device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-_, ctx, precision = autocast_dtype(device, dtype, decode=True)
-print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
+device = get_device(device)
 if start.startswith('FILE:'):
     path = start[5:]
     if not os.path.isfile(path):
         what = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
-        raise FileNotFoundError(f"prompt file {path} {what} (--start=FILE:path reads path)")
+        raise InputError(f"prompt file {path} {what} (--start=FILE:path reads path)")
     try:
         start = open(path, encoding='utf-8').read()
     except UnicodeDecodeError as e:
-        raise ValueError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
-exit_policy = parse_exit(exit_at) if exit_at else None
+        raise InputError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
+exit_policy = parse_exit(exit_at) if exit_at else None  # (and for each model: load)
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
 def paint(text, depth, max_depth):
@@ -54,15 +52,22 @@ def paint(text, depth, max_depth):
     colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
-def sample(out_dir):  # num_samples samples of one model, each printed after the prompt
-    torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
+def load(out_dir):  # a model, its options checked for it, and the dtype it was trained with
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    model.eval()
+    model.depths(n_loops)  # (one depth for all its segments, or one each)
+    if exit_at:
+        parse_exit(exit_at, model.config)
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
-    ids = encode(start)
-    if not ids:
-        raise ValueError("the prompt is empty: give some text, e.g. --start='\\n' "
+    if not encode(start):
+        raise InputError("the prompt is empty: give some text, e.g. --start='\\n' "
                          "or --start=FILE:prompt.txt")
+    _, ctx, precision = autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
+    return model.eval(), ctx, precision, encode, decode
+
+def sample(model, ctx, precision, encode, decode):  # num_samples samples, each after the prompt
+    torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
+    print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
+    ids = encode(start)
     if len(ids) > model.config.block_size:  # the model sees at most block_size tokens
         print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
               "(block_size)", file=sys.stderr)
@@ -95,7 +100,9 @@ def sample(out_dir):  # num_samples samples of one model, each printed after the
             print(decode(x[0].tolist()) + body)
             print('---------------')
 
-for name in folders(out_dir, once=False):  # several models, each under its name (one twice: ok)
-    if ',' in out_dir:
+names = folders(out_dir, once=False)  # several models, each under its name (one twice: ok)
+models = [load(name) for name in names]  # all checked before the first sample
+for name, loaded in zip(names, models):
+    if len(names) > 1:
         print(f"=== {name} ===")
-    sample(name)
+    sample(*loaded)

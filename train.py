@@ -20,7 +20,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, RULES, autocast_dtype, load_checkpoint
+from model import (GPTConfig, GPT, RULES, InputError, autocast_dtype, check_rules, get_device,
+                   load_checkpoint, typed)
 from prepare import check_output, load_meta, load_tokens, sft_targets
 
 # -----------------------------------------------------------------------------
@@ -72,57 +73,76 @@ dtype = ''    # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instruction
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
-# the valid range of each key and the model's RULES, checked by configurator.py
-_valid = RULES + ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interval >= 1',
-                  'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
-                  'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
-                  'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
-                  'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-                  "dtype in ('', 'float32', 'bfloat16')", '0 <= seed < 2**24']
+# the valid range of each key, checked with the model's RULES once the run's settings are known
+TRAIN_RULES = ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interval >= 1',
+               'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
+               'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
+               'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
+               'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
+               "dtype in ('', 'float32', 'bfloat16')", '0 <= seed < 2**24']
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
+defaults = {k: globals()[k] for k in config_keys}
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+# -----------------------------------------------------------------------------
+# The run's settings, built in one place. A new run: this command line's. A resumed run: its own,
+# as its checkpoint saved them (dtype included), but for the keys this command line gives, which
+# must not change its model, block_size or dataset, and the keys of this invocation (RUN_ONLY).
+# Fine-tuning (init_from=<an out_dir>): this command line's, with the trained model's architecture.
+RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
+typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
+given = {k for k in config_keys if globals()[k] != defaults[k]} | typed_keys
+settings = {k: globals()[k] for k in config_keys}
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
 check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
 def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
-RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'dtype', 'compile', 'eval_only',
-            'overwrite']  # settings of this invocation, which resume never takes from the run
-# the run: a new model, this run resumed (with its own settings, but for those given now that
-# may change), or a trained run's weights fine-tuned from iter 0 (init_from=<its out_dir>)
-iter_num, best_val_loss = 0, float('inf')
-if init_from != 'scratch':
-    model, ckpt = (load_checkpoint(ckpt_path) if init_from == 'resume' else
-                   load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from'))
+iter_num, best_val_loss, ckpt = 0, float('inf'), None
 if init_from == 'resume':
-    print(f"resuming from {ckpt_path}")
-    fixed = [*asdict(model.config), 'dataset', 'block_size']  # what the weights and data depend on
-    for key, value in ckpt['config'].items():
-        if key in _overridden and key in fixed and globals()[key] != value:
-            raise ValueError(f"--{key}={globals()[key]!r}: the run in {out_dir} has {key}="
-                             f"{value!r}, which resuming cannot change; train a new --out_dir")
-        if key not in _overridden and key in config_keys and key not in RUN_ONLY:
-            globals()[key] = value
+    model, ckpt = load_checkpoint(ckpt_path)
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
-elif init_from != 'scratch':  # fine-tuning: the weights and architecture only
+    run = {k: v for k, v in ckpt['config'].items() if k in config_keys and k not in RUN_ONLY}
+    print(f"resuming from {ckpt_path} at iter {iter_num}")
+elif init_from not in ('scratch', ''):  # fine-tuning: weights and architecture ('': below)
+    model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from')
+    run = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
     print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
-    arch = asdict(model.config)
-    del arch['vocab_size'], arch['block_size']  # (keys of the data)
-    globals().update(arch)  # so the run's saved config shows the model's architecture
+if ckpt:  # given keys of the model and its data must agree with it
+    doing, where = ('resuming', out_dir) if init_from == 'resume' else ('fine-tuning', init_from)
+    for key in sorted(given & set(run) & {*asdict(model.config), 'dataset'}):
+        if settings[key] != run[key]:
+            raise InputError(f"{typed(key, settings[key])}: the run in {where} has "
+                             f"{typed(key, run[key])}, which {doing} cannot change: drop --{key}, "
+                             "or train a new --out_dir")
+    settings = {**settings, **run, **{k: settings[k] for k in given}}
+check_rules(RULES + TRAIN_RULES, settings, defaults)
+globals().update(settings)
+world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
+if gradient_accumulation_steps % world:
+    raise InputError(f"--gradient_accumulation_steps={gradient_accumulation_steps} counts the "
+                     f"micro steps of all {world} processes: give a multiple of {world}, e.g. "
+                     f"--gradient_accumulation_steps={world}")
+device = get_device(device)
+# the data, checked against the run: its tokenizer, and rows of block_size + 1 tokens
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
+    if 'block_size' in given and block_size + 1 != meta['row']:
+        raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of {meta['row']} "
+                         f"tokens, so block_size is {meta['row'] - 1}: drop --block_size, or "
+                         f"prepare rows of {block_size + 1}: prepare.py --dataset=sft "
+                         f"--tokenizer={meta['tokenizer']} --block_size={block_size + 1}")
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
 for name, data in (('train', train_data), ('val', val_data)):
     if data.ndim == 1 and len(data) <= block_size + 1:
-        raise ValueError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
+        raise InputError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
                          f"{block_size + 1}: lower --block_size or prepare more data")
 if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
-    raise ValueError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
+    raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
                      "or start over on purpose with --overwrite=True (or another --out_dir)")
 if init_from == 'scratch':
     torch.manual_seed(seed)  # the initial weights
@@ -130,36 +150,32 @@ if init_from == 'scratch':
     model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size']))
 elif (ckpt['meta']['tokenizer'], model.config.vocab_size) != (meta['tokenizer'],
                                                              meta['vocab_size']):
-    raise ValueError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
+    raise InputError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
                      f"{meta['vocab_size']}, but the run trained on --dataset="
                      f"{ckpt['config']['dataset']} ({ckpt['meta']['tokenizer']}, vocab_size "
                      f"{model.config.vocab_size}): prepare the data with the run's tokenizer")
 elif block_size > model.config.block_size:
-    raise ValueError(f"block_size={block_size} is larger than the model's "
+    raise InputError(f"block_size={block_size} is larger than the model's "
                      f"{model.config.block_size}: lower it (SFT data: prepare rows of at most "
                      f"{model.config.block_size + 1} tokens)")
 gptconf = model.config
 # -----------------------------------------------------------------------------
 
-ddp = int(os.environ.get('RANK', -1)) != -1  # started by torchrun?
-device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-rank, world = 0, 1
+ddp = 'RANK' in os.environ  # started by torchrun?
+rank = 0
 if ddp:
     dist.init_process_group(backend=backend or ('nccl' if 'cuda' in device else 'gloo'))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     if 'cuda' in device:
         device = f'cuda:{os.environ["LOCAL_RANK"]}'
         torch.cuda.set_device(device)
-    if gradient_accumulation_steps % world:
-        raise ValueError(f"gradient_accumulation_steps={gradient_accumulation_steps} "
-                         f"must be a multiple of the {world} processes")
-    gradient_accumulation_steps //= world
+micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
 dtype, ctx, precision = autocast_dtype(device, dtype)  # precision: which dtype, and why
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
-tokens_per_iter = gradient_accumulation_steps * world * batch_size * block_size
+tokens_per_iter = gradient_accumulation_steps * batch_size * block_size
 
 def unlock(made):  # when the run ends: its lock file goes, and an out_dir it made but left empty
     os.remove(os.path.join(out_dir, 'train.lock'))
@@ -172,7 +188,7 @@ if master:  # one run at a time in out_dir: a lock that the system drops when a 
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise ValueError(f"another training run is writing to {out_dir}: wait for it to finish, "
+        raise InputError(f"another training run is writing to {out_dir}: wait for it to finish, "
                          "or pick another --out_dir") from None
     atexit.register(unlock, made)
 raw_model = model = model.to(device)
@@ -245,22 +261,12 @@ def save_checkpoint():
             torch.save(ckpt, f)
         os.replace(ckpt_path + '.tmp', ckpt_path)
     except OSError as e:  # a full or read-only disk: one line, and ckpt.pt stays whole
-        raise ValueError(f"cannot save {ckpt_path} at iter {iter_num}: {e.strerror}; it is left "
+        raise InputError(f"cannot save {ckpt_path} at iter {iter_num}: {e.strerror}; it is left "
                          "as it was: free some space, or use another --out_dir") from None
     finally:  # after an error or a second Ctrl-C, no partial file is left to fill the disk
         with suppress(FileNotFoundError):
             os.remove(ckpt_path + '.tmp')
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
-
-def request_stop(signum, frame):
-    """Ctrl-C / SIGTERM: finish the step in flight, save, exit. A second one stops at once: the
-    checkpoint is written to a .tmp file and renamed, so it stays whole."""
-    if stop:
-        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
-    stop.append(signum)
-    if master:
-        print(f"\nstopping: finishing this step, then saving {ckpt_path} (again: stop at once)",
-              flush=True)
 
 def log_line(lossf, info, lr, dt):
     parts = [f"iter {iter_num}: loss {lossf:.4f}"]
@@ -285,16 +291,42 @@ if master:
     if epochs > 1:  # a schedule that repeats the data overfits it: see README Configs
         print(f"warning: {max_iters} iterations of {tokens_per_iter:,} tokens make {epochs:.1f} "
               f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens)")
-stop = []  # Ctrl-C / SIGTERM only ask to stop (request_stop)
 if eval_only:
     if master:
         estimate_loss()
     raise SystemExit
 if iter_num >= max_iters:
     at = f"{ckpt_path} is at iter {iter_num} and " if init_from == 'resume' else ''
-    raise SystemExit(f"nothing to train: {at}max_iters is {max_iters}; raise --max_iters")
-signal.signal(signal.SIGINT, request_stop)
-signal.signal(signal.SIGTERM, request_stop)
+    raise InputError(f"nothing to train: {at}max_iters is {max_iters}; raise --max_iters")
+# -----------------------------------------------------------------------------
+# stopping, all of it: Ctrl-C, SIGTERM and SIGHUP (the terminal closed; not under nohup) only ask
+# to stop; the loop then finishes its step, saves, and exits as a shell reports the signal
+stop = []  # the signals received
+
+def request_stop(signum, frame):
+    """Say how to resume, now: after SIGHUP the terminal is gone, and what the run prints from
+    here on goes nowhere. A second signal stops at once (ckpt.pt stays whole: save_checkpoint)."""
+    if stop:
+        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
+    stop.append(signum)
+    with suppress(OSError):  # (a closed terminal cannot be written to: the run saves all the same)
+        if master:
+            print(f"\nstopping: finishing this step, then saving {ckpt_path}; resume with  "
+                  f"{resume_command()}  (again: stop at once)", flush=True)
+    if signum == signal.SIGHUP:
+        sys.stdout = sys.stderr = open(os.devnull, 'w')
+for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    if signal.getsignal(signum) != signal.SIG_IGN or signum != signal.SIGHUP:  # (nohup: go on)
+        signal.signal(signum, request_stop)
+
+def stopping():
+    """Was any process asked to stop? All must agree, or the others would wait forever in the next
+    step's all-reduce."""
+    asked = torch.tensor(float(len(stop)), device=device)
+    if ddp:
+        dist.all_reduce(asked)
+    return asked.item() > 0
+# -----------------------------------------------------------------------------
 if master:
     print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
           f"{max_iters} on {device}; {precision}")
@@ -308,27 +340,25 @@ while iter_num < max_iters:
     step_seed = (seed << 32) + iter_num
     gen = torch.Generator().manual_seed(step_seed)  # the batch: alike on all ranks
     torch.manual_seed(step_seed + (rank << 56))  # dropout: each rank its own
-    # the global batch: gradient_accumulation_steps * world rows of positions; this rank's share
-    ix = draw(train_data, (gradient_accumulation_steps * world, batch_size), gen)
-    mine = slice(rank * gradient_accumulation_steps, (rank + 1) * gradient_accumulation_steps)
+    # the global batch: gradient_accumulation_steps rows of positions; this rank's share
+    ix = draw(train_data, (gradient_accumulation_steps, batch_size), gen)
     loss_sum = torch.zeros((), device=device)
-    for micro_step, rows in enumerate(ix[mine]):
+    for micro_step, rows in enumerate(ix[rank * micro_steps:(rank + 1) * micro_steps]):
         if ddp:  # sync gradients only on the last micro step
-            model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
+            model.require_backward_grad_sync = micro_step == micro_steps - 1
         with ctx:
             _, loss, info = model(*get_batch(train_data, rows))
-        loss = loss / gradient_accumulation_steps
+        loss = loss / micro_steps
         loss.backward()
         loss_sum += loss.detach()
-    # all ranks must agree on the loss (for the NaN check) and on stopping, or the others would hang
-    status = torch.stack([loss_sum / world, torch.tensor(float(len(stop)), device=device)])
-    if ddp:
-        dist.all_reduce(status)
-    lossf, stopping = status[0].item(), status[1].item() > 0
+    loss_sum /= world
+    if ddp:  # every rank must see a NaN, or the others would hang
+        dist.all_reduce(loss_sum)
+    lossf = loss_sum.item()
     if not math.isfinite(lossf):
-        raise SystemExit(f"error: loss is {lossf} at iter {iter_num + 1} (last good loss "
-                         f"{last_loss}); alphas {raw_model.alphas()}. Lower --learning_rate or "
-                         f"--alpha_init; {ckpt_path} was not overwritten.")
+        raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
+                         f"alphas {raw_model.alphas()}. Lower --learning_rate or --alpha_init; "
+                         f"{ckpt_path} was not overwritten.")
     if grad_clip != 0.0:  # the gates and the probe on their own norm, so that their early
         # gradient (norm ~9 for the exit gate) does not scale down the language model's whole step
         for group in clip_groups:
@@ -340,9 +370,12 @@ while iter_num < max_iters:
         steps = log_interval if iter_num > 1 else 1
         dt, t0 = (time.time() - t0) / steps, time.time()
         print(log_line(lossf, info, lr, dt))
-    if master and stopping:
-        save_checkpoint()
-    elif master and (iter_num % eval_interval == 0 or iter_num == max_iters):
+    if stopping():
+        if master:
+            save_checkpoint()
+            print(f"interrupted after iter {iter_num}: resume with  {resume_command()}")
+        break
+    if master and (iter_num % eval_interval == 0 or iter_num == max_iters):
         losses = estimate_loss()
         if not math.isfinite(losses['val']):  # diverged: the next step's check stops every rank
             print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
@@ -350,12 +383,8 @@ while iter_num < max_iters:
             best_val_loss = min(best_val_loss, losses['val'])
             save_checkpoint()
         t0 = time.time()
-    if stopping:
-        if master:
-            print(f"interrupted after iter {iter_num}: resume with  {resume_command()}")
-        break
 if ddp:
     dist.barrier()  # the other ranks wait for rank 0's last eval and save, then all end together
     dist.destroy_process_group()
-if stop:  # Ctrl-C or SIGTERM: exit as a shell reports them, 130 or 143, so `a && b` stops here
-    sys.exit(128 + stop[0])
+if stop:  # a signal: exit as a shell reports it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), so that
+    sys.exit(128 + stop[0])  # `a && b` stops here

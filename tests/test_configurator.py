@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import eval as ev
-from model import GPTConfig, parse_exit
+from model import GPTConfig, InputError, parse_exit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,8 +30,8 @@ def report(fail, capsys):
 
 def test_bad_input_raised_on_purpose_is_one_line(capsys):
     err = report(lambda: parse_exit('entropy:0.5'), capsys)
-    assert err == ("error: exit_at='entropy:0.5': write 'maxprob:T', 'resid:T' or 'learned:T', "
-                   "T >= 0, e.g. 'maxprob:0.9'\n")
+    assert err == ("error: --exit_at=entropy:0.5: write maxprob:T, resid:T or learned:T, "
+                   "T >= 0, e.g. --exit_at=maxprob:0.9\n")
 
 
 def test_an_accidental_value_error_keeps_its_traceback(capsys):
@@ -42,12 +42,13 @@ def test_an_accidental_value_error_keeps_its_traceback(capsys):
 
 
 def script(name, *args, monkeypatch):
-    """Run a script here as `python name args` would -> its SystemExit code."""
+    """Run a script here as `python name args` would -> its SystemExit code, or the line its bad
+    input prints."""
     monkeypatch.setattr(sys, 'argv', [name, *args])
     monkeypatch.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises((SystemExit, InputError)) as e:
         runpy.run_path(str(REPO / name), run_name='__main__')
-    return e.value.code
+    return f"error: {e.value}" if isinstance(e.value, InputError) else e.value.code
 
 
 @pytest.mark.parametrize('name,flag,first_line,key', [
@@ -74,7 +75,7 @@ def test_argument_that_is_not_utf8_is_one_line(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize('exit_at', ['maxprob:nan', 'maxprob:-0.1', 'resid:-1', 'resid:nan'])
 def test_an_exit_that_can_never_fire_is_refused(exit_at):
-    with pytest.raises(ValueError, match=f"exit_at='{exit_at}'"):
+    with pytest.raises(ValueError, match=f"--exit_at={exit_at}:"):
         parse_exit(exit_at)
 
 

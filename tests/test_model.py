@@ -1086,7 +1086,7 @@ def test_bad_checkpoint_files_raise_value_error_naming_the_file(tmp_path, kind):
 
 
 def test_missing_checkpoint(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.pt"):
+    with pytest.raises(ValueError, match="nope.pt"):
         load_checkpoint(str(tmp_path / "nope.pt"))
 
 

@@ -387,11 +387,11 @@ def test_import_has_no_side_effects(tmp_path):
 def test_load_meta_names_the_prepare_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     command = r'python prepare\.py --dataset=%s --tokenizer=%s$'
-    with pytest.raises(FileNotFoundError, match=command % ('topics', 'byte')):
+    with pytest.raises(ValueError, match=command % ('topics', 'byte')):
         prepare.load_meta('data/topics_byte')
-    with pytest.raises(FileNotFoundError, match=command % ('shakespeare', 'gpt2')):
+    with pytest.raises(ValueError, match=command % ('shakespeare', 'gpt2')):
         prepare.load_meta(os.path.join('data', 'shakespeare'))
-    with pytest.raises(FileNotFoundError, match=command % ('topics', 'gpt2 --data_root=elsewhere')):
+    with pytest.raises(ValueError, match=command % ('topics', 'gpt2 --data_root=elsewhere')):
         prepare.load_meta('elsewhere/topics/')
 
 def test_read_eval_docs_skips_and_counts_malformed(tmp_path):

@@ -267,7 +267,7 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'empty_prompt': (None, ('sample.py', '--start=', '--device=cpu'), ['prompt', 'empty']),
     'prompt_file_missing': (None, ('sample.py', '--start=FILE:nope.txt', '--device=cpu'), ['nope.txt', 'not found']),
     'data_shorter_than_block': (short_train_bin, ('train.py', *TINY), ['train.bin', '10 tokens', 'block_size']),
-    'bench_exit_at': (None, ('bench.py', '--exit_at=maxprob', '--device=cpu'), ["exit_at='maxprob'", 'maxprob:0.9']),
+    'bench_exit_at': (None, ('bench.py', '--exit_at=maxprob', '--device=cpu'), ['--exit_at=maxprob:', 'maxprob:0.9']),
     'bench_past_block_size': (None, ('bench.py', '--init_from=out', '--prompt=abc', '--device=cpu'),
                               ['3 + 256', 'block_size 32']),
     'alpha_init_one': (None, ('train.py', *TINY, '--alpha_init=1.0'), ['alpha_init=1.0', 'need 0 < alpha_init < 1']),

@@ -229,7 +229,7 @@ def test_sample_without_out_dir_names_the_runs_that_exist(job):
 def test_cuda_without_a_gpu_says_so(tmp_path):
     make_data(tmp_path)
     for r in run_all(*[(tmp_path, script, '--device=cuda') for script in ('train.py', 'sample.py', 'eval.py')]):
-        one_line_error(r, "device='cuda'", 'no CUDA', '--device=cpu')
+        one_line_error(r, "--device=cuda", 'no CUDA', '--device=cpu')
 
 
 # ---------------------------------------------------------------- a run that never starts
@@ -244,7 +244,7 @@ def unusable_device_is_one_line_in_every_script(d):
 def test_unusable_device_is_one_line_in_every_script(job):
     results, made = job
     for r in results:  # train.py: a RuntimeError; sample.py: "a truncated checkpoint"
-        one_line_error(r, "device='mps'", 'not usable', '--device=cpu')
+        one_line_error(r, "--device=mps", 'not usable', '--device=cpu')
     assert not made, 'the out_dir of a run that never started was made (it held a train.lock)'
 
 
