@@ -46,11 +46,11 @@ def test_masked_targets_do_not_reach_the_loss():
 def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
     root = tmp_path / 'data'
     r = run(REPO, 'prepare.py', '--dataset=sft', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={root}',
-            '--block_size=48', '--eval_docs=1')
+            '--block_size=56', '--eval_docs=1')
     out = ok(r)
     meta = prepare.load_meta(str(root / 'sft_byte'))
-    assert meta['row'] == 48
-    rows = np.fromfile(root / 'sft_byte' / 'train.bin', np.uint16).reshape(-1, 48)
+    assert meta['row'] == 56
+    rows = np.fromfile(root / 'sft_byte' / 'train.bin', np.uint16).reshape(-1, 56)
     held, _ = prepare.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
     samples = {(d['text'], d['answer']) for d in held}
     monkeypatch.setattr(prepare, 'mirror', sources)
@@ -58,7 +58,7 @@ def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
     assert ('Write function f1.\nn = 3', 'def f1():\n    return 1') in pairs  # task + input -> answer
     assert ('Hello train 0, how are you?', "I don't know, it\u2019s late!") in pairs  # a turn -> the next
     dropped = int(re.search(r'dropped (\d+) of \d+ samples', out).group(1))
-    val = np.fromfile(root / 'sft_byte' / 'val.bin', np.uint16).reshape(-1, 48)
+    val = np.fromfile(root / 'sft_byte' / 'val.bin', np.uint16).reshape(-1, 56)
     for row in np.concatenate([rows, val]):
         eots = np.flatnonzero(row == EOT)
         sep, end = eots[0], eots[1]
