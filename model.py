@@ -275,7 +275,8 @@ class StopRule:
     """How one run of a tied segment decides each token's depth (without a rule, k steps each).
     After step i, rule(i, z, resid, running) -> (B, T) bool, True where a token stops now (its state
     is frozen from then on); z: the states, resid: their relative residuals, running: the tokens
-    not stopped before. The segment's output is rule.output(z), z after the loop. kind, t:
+    not stopped before. The segment's output is rule.output(z), z after the loop. A model with
+    the ACT gate gets its rule (exit None), another the post-hoc exit (kind, t):
       'maxprob'  a post-hoc exit: stop once the readout's top probability reaches t
       'resid'    a post-hoc exit: stop once the relative residual is below t
       'learned'  stop once the exit distribution's cumulative probability reaches t (ExitGate)
@@ -283,13 +284,19 @@ class StopRule:
                  probability h; it halts once their sum reaches 1 - t (or at step k) and weighs
                  that step with the remainder R = 1 - (the sum before). The segment's output is
                  the weighted mean of its states; ponder: the cost N + R (N: steps run)."""
-    def __init__(self, model, kind, t, segment, k, z, cache=None):
-        self.model, self.kind, self.t, self.segment, self.k, self.cache = (
-            model, kind, t, segment, k, cache)
+    def __init__(self, model, exit, segment, k, z, cache=None):
+        if model.config.act and exit is not None:
+            raise InputError(f"exit={exit}: the ACT gate already chooses each token's depth")
+        kinds = ('maxprob', 'resid') + (('learned',) if model.exit_gate is not None else ())
+        if exit is not None and exit[0] not in kinds:
+            raise InputError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
+                             "gate, ('learned', q)")
+        self.kind, self.t = exit or ('act', 0.01)  # (ACT's t: its eps)
+        self.model, self.segment, self.k, self.cache = model, segment, k, cache
         self.survive = torch.ones(z.shape[:2], device=z.device)  # learned: the chance to run on
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # act: the sum of h so far
-        self.mean = torch.zeros_like(z) if kind == 'act' else None  # act: the weighted mean
-        self.ponder = torch.zeros(z.shape[:2], device=z.device) if kind == 'act' else None
+        self.mean = torch.zeros_like(z) if self.kind == 'act' else None  # act: the weighted mean
+        self.ponder = torch.zeros(z.shape[:2], device=z.device) if self.kind == 'act' else None
 
     def __call__(self, i, z, resid, running):
         if self.kind == 'resid':
@@ -428,7 +435,8 @@ class GPT(nn.Module):
             z = block(z, cache, ('prelude', j))
         runs = []
         for s, (segment, k) in enumerate(zip(self.segments, loops)):
-            z, run = segment(z, k, self.stop_rule(exit, s, k, z, cache), cache, s)
+            rule = StopRule(self, exit, s, k, z, cache) if exit or self.config.act else None
+            z, run = segment(z, k, rule, cache, s)
             runs.append(run)
         logits = self.readout(z, cache)
         # per token: the iterations summed over the segments, the last iteration's probes
@@ -492,20 +500,6 @@ class GPT(nn.Module):
     def loss(self, logits, targets, reduction='mean'):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1,
                                reduction=reduction)
-
-    def stop_rule(self, exit, segment, k, z, cache=None):
-        """-> how segment's loop decides each token's depth: None (every token runs k), the ACT
-        gate (its eps 0.01), or the post-hoc exit (kind, t)."""
-        if self.config.act and exit is not None:
-            raise InputError(f"exit={exit}: the ACT gate already chooses each token's depth")
-        if self.config.act:
-            return StopRule(self, 'act', 0.01, segment, k, z)
-        if exit is None:
-            return None
-        if exit[0] not in ('maxprob', 'resid') + ('learned',) * (self.exit_gate is not None):
-            raise InputError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
-                             "gate, ('learned', q)")
-        return StopRule(self, *exit, segment, k, z, cache)
 
     @torch.no_grad()
     def lens(self, runs, logits, cache=None):

@@ -22,8 +22,7 @@ top_p = 1.0  # nucleus sampling; 1.0 = off
 repetition_penalty = 1.0
 n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
 exit_at = ''  # per-token exit: '' (off), 'maxprob:0.9', 'resid:0.05' or (exit gate) 'learned:0.5'
-show_depth = False  # colour each new token by its loop depth (ACT gate, or exit_at), or at a
-# fixed depth by the iteration at which its prediction settled (the logit lens: GPT.lens)
+show_depth = False  # colour new tokens by loop depth, or at a fixed depth where they settled (lens)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = the dtype the model was trained with
