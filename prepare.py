@@ -302,9 +302,6 @@ def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, 
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
-    if len(rows) < len(samples) / 2:  # most of the data lost: refused (an old folder stays)
-        raise InputError(f"--block_size={block_size} keeps {len(rows):,} of {len(samples):,} "
-                         "samples (the others are longer): raise it, e.g. --block_size=256")
     held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
             if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
     return held, rows
@@ -331,6 +328,10 @@ def main():
         check_output(path, 'data_root')
     with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
+        size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
+        if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
+            raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
+                             f"it is kept; check the settings, or remove {out_dir} to replace it")
         if not held:  # eval.py needs held-out documents
             raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
                              (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
