@@ -31,7 +31,7 @@ def _excepthook(kind, err, tb, _default=sys.excepthook):
               file=sys.stderr)
 sys.excepthook = _excepthook
 
-def _set(key, val, where='', text=None):  # where: its config file; text: as typed (--key=text)
+def _set(key, val, where=''):  # where: the config file that sets it
     if key not in _keys:
         near = get_close_matches(key, _keys, n=1)
         dash = '' if where else '--'
@@ -44,8 +44,6 @@ def _set(key, val, where='', text=None):  # where: its config file; text: as typ
         val = float(val)
     elif isinstance(old, tuple) and type(val) in (int, float):
         val = (val,)  # --loops=4 means one segment of 4
-    elif isinstance(old, str) and text is not None:
-        val = text if type(val) is not str else val  # --start=1984: the text, not a number
     if old is not None and type(val) is not type(old):
         raise InputError(f"{typed(key, val)}{where}: {key} is of type {type(old).__name__}, "
                          f"e.g. {typed(key, old)}")
@@ -84,11 +82,11 @@ for _arg in sys.argv[1:]:
         _key, _eq, _text = _arg[2:].partition('=')
         if not _eq:
             raise InputError(f"'{_arg}' needs a value: write {_arg}=VALUE")
-        try:
-            _val = _ast.literal_eval(_text)
+        try:  # a text key takes the text as typed (--start=1984); any other, a Python literal
+            _val = _text if isinstance(globals().get(_key), str) else _ast.literal_eval(_text)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
-            _val = _text  # a bare string, e.g. --dataset=topics
-        _set(_key, _val, text=_text)
+            _val = _text  # a bare word (--compile=true); if the key takes no text, _set says so
+        _set(_key, _val)
     else:  # a config file
         _updates = {}
         _run_config(_arg, _updates)

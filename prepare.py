@@ -8,7 +8,6 @@ $ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, itertools, json, os, pathlib, random, re, shutil, zipfile
 from contextlib import contextmanager
 import numpy as np
-from model import InputError
 
 dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare', 'fineweb', 'sft'
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, needs no vocabulary files)
@@ -33,19 +32,23 @@ SONNETS = 'danfriedman0/neural-sonnets/master/data/sonnets.txt'
 HF_HOST = 'huggingface.co'  # FineWeb, GPT-2 tokenized, in llm.c's shard format
 FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, number)
 
+def bad(message):  # -> InputError(message), bad input's error (model.py; imported here, not at
+    from model import InputError  # the top, so that importing prepare.py needs no torch)
+    return InputError(message)
+
 def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT decodes as GPT-2's
     if name == 'byte':  # '<|endoftext|>', so a document boundary shows
         eot = lambda i: b'<|endoftext|>' if i == 256 else bytes([i])
         decode = lambda ids: b''.join(map(eot, map(int, ids))).decode('utf-8', 'replace')
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
-        raise InputError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
+        raise bad(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
     import tiktoken  # imported here, so byte-level runs need no vocabulary files
     try:
         enc = tiktoken.get_encoding('gpt2')  # downloads the BPE files unless in TIKTOKEN_CACHE_DIR
     except (OSError, ValueError) as e:
-        raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export "
-                         "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
+        raise bad(f"no gpt2 BPE files ({type(e).__name__}): export "
+                  "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
 def pieces(ids, decode):
@@ -66,11 +69,11 @@ def data_error(path, why):  # -> the error: the file, what is wrong, the fix
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
     dataset, tokenizer = split_folder(name)
     if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
-        return InputError(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} "
-                          f"(and *_byte), not {name}: check --dataset")
+        return bad(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} "
+                   f"(and *_byte), not {name}: check --dataset")
     extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-    return InputError(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
-                      f"--tokenizer={tokenizer}{extra}")
+    return bad(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
+               f"--tokenizer={tokenizer}{extra}")
 
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
     path = os.path.join(data_dir, 'meta.json')
@@ -149,8 +152,8 @@ def check_output(path, key):
     where = os.path.abspath(path)
     while not os.path.exists(where):  # the first part of it that exists
         if os.path.islink(where):
-            raise InputError(f"cannot write {path}: {where} is a link to {os.readlink(where)}, "
-                             f"which does not exist: make it, or give another --{key}")
+            raise bad(f"cannot write {path}: {where} is a link to {os.readlink(where)}, "
+                      f"which does not exist: make it, or give another --{key}")
         where = os.path.dirname(where)
     folder = where if where != os.path.abspath(path) else os.path.dirname(where)
     if os.path.isdir(path):
@@ -161,7 +164,7 @@ def check_output(path, key):
         why = f"{where} is read-only"
     else:
         return
-    raise InputError(f"cannot write {path}: {why}: give another --{key}")
+    raise bad(f"cannot write {path}: {why}: give another --{key}")
 
 def folders(value, once=True):
     """--out_dir='a,b' -> ['a', 'b']; none empty, each once. A folder whose own name has a comma
@@ -170,7 +173,7 @@ def folders(value, once=True):
         return [value]
     if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
         why = 'an empty name' if '' in names else 'a folder named twice'
-        raise InputError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
+        raise bad(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
     return names
 
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
@@ -178,7 +181,7 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
     if os.path.isfile(local):  # a rerun reuses what an earlier run downloaded
         return local
     if mirror:
-        raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
+        raise bad(f"{local} not found: --mirror must be laid out as <host>/<path>")
     import requests  # imported here: importing prepare.py stays quick
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path  # tests: local servers
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
@@ -194,8 +197,8 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
         print()
         os.replace(tmp, local)
     except OSError as e:  # requests' errors too; -> one line, which the excepthook prints
-        raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
-                         "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
+        raise bad(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
+                  "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
     finally:  # after an error or Ctrl-C, no leftovers
         pathlib.Path(tmp).unlink(missing_ok=True)
     return local
@@ -291,8 +294,8 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
         docs = [encode(d) + [eot] for d in kept]
     n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
-        raise InputError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
-                         + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
+        raise bad(f"only {len(docs)} documents left for train and val; lower --eval_docs"
+                  + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
 
@@ -302,16 +305,13 @@ def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, 
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
-    if len(rows) < len(samples) / 2:  # most of the data lost: refused (an old folder stays)
-        raise InputError(f"--block_size={block_size} keeps {len(rows):,} of {len(samples):,} "
-                         "samples (the others are longer): raise it, e.g. --block_size=256")
     held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
             if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
     return held, rows
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
     if tokenizer != 'gpt2':
-        raise InputError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
+        raise bad("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
     held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]
@@ -319,21 +319,25 @@ def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 
 def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), then the tokens
     header, size = np.fromfile(path, dtype='<i4', count=256), os.path.getsize(path)
     if len(header) < 256 or list(header[:2]) != [20240520, 1] or size != 1024 + 2 * int(header[2]):
-        raise InputError(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
-                         f"magic 20240520, version 1, token count), file size {size:,} bytes")
+        raise bad(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
+                  f"magic 20240520, version 1, token count), file size {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
 def main():
     if dataset not in DATASETS and dataset != 'fineweb':
-        raise InputError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
+        raise bad(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
     for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (built beside it)
         check_output(path, 'data_root')
     with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
+        size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
+        if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
+            raise bad(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
+                      f"it is kept; check the settings, or remove {out_dir} to replace it")
         if not held:  # eval.py needs held-out documents
-            raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
-                             (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
+            raise bad(f"no held-out documents left for {out_dir}/eval.jsonl" +
+                      (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows
         lines = [json.dumps({'topic': t, **d}, ensure_ascii=False) + '\n' for t, d in held]

@@ -228,9 +228,9 @@ def old_sft(tmp_path, monkeypatch):
 def test_a_prepare_that_drops_most_samples_keeps_the_old_data(old_sft, monkeypatch):
     """prepare.py --dataset=sft --tokenizer=byte --block_size=16 used to drop 92,491 of 92,546 samples and exit 0."""
     before = files(old_sft)
-    pairs = [('a question of some length', 'and its answer')] * 20 + [('hi', 'yo')]
+    pairs = [('a question of some length', 'and its answer')] * 20 + [('hi', 'yo')] * 3
     monkeypatch.setattr(prepare, 'sft_split', lambda: ([('chat', ('hi', 'yo'))], pairs))
-    with pytest.raises(InputError, match=r'--block_size=16 keeps 1 of 21 samples .*raise it'):
+    with pytest.raises(InputError, match=r'sft_byte/train.bin would shrink from 990 to 64 bytes: it is kept'):
         prepare.main()
     assert files(old_sft) == before and os.listdir(old_sft.parent) == ['sft_byte']
 
