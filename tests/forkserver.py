@@ -7,7 +7,7 @@ stderr (configurator.py's one-line errors), atexit handlers run at the end.
 
 harness.py uses it: start(...) -> a Run, which answers as subprocess.Popen does. Plain subprocesses
 remain where the process itself is what a test checks: torchrun and its workers, commands typed in
-bash (a script's printed resume command, gpu_check.sh), and a bare `import prepare` needing no torch.
+bash (a script's printed resume command, gpu_check.sh), and a bare `import prepare` (no side effects).
 """
 import atexit, gc, json, os, runpy, select, signal, socket, subprocess, sys, threading, time
 from contextlib import suppress

@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import ENV, PATIENCE, REPO, SERVER, make_data, run
+from harness import PATIENCE, REPO, SERVER, make_data, run
 import frontier
 from model import GPT, GPTConfig
 
@@ -125,17 +125,12 @@ def frontier_py(tmp_path, *args, monkeypatch, capsys):
         assert cmd[0] == sys.executable and cmd[1].endswith('train.py'), cmd
         p = SERVER.start(cmd[1:], os.getcwd(), dict(os.environ), stdout=stdout, stderr=stderr)
         return subprocess.CompletedProcess(cmd, p.wait(timeout=PATIENCE))
-    threads = torch.get_num_threads()
     with monkeypatch.context() as m:
         m.chdir(tmp_path)
         m.setattr(sys, 'argv', ['frontier.py', *args])
         m.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
-        m.setenv('OMP_NUM_THREADS', '1')  # (--jobs=2 sets it, and one torch thread each)
         m.setattr(subprocess, 'run', train_py)
-        try:
-            runpy.run_path(str(REPO / 'frontier.py'), run_name='__main__')
-        finally:
-            torch.set_num_threads(threads)
+        runpy.run_path(str(REPO / 'frontier.py'), run_name='__main__')
     return capsys.readouterr().out
 
 
