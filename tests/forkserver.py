@@ -174,8 +174,8 @@ class Server:
                 code = (f'import forkserver, socket; {self.preload}; '
                         f'forkserver.serve(socket.socket(fileno={theirs.fileno()}))')
                 path = os.pathsep.join([REPO, os.path.dirname(os.path.abspath(__file__))])
-                env = {**os.environ, 'PYTHONPATH': path, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
-                self.process = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=env,
+                own = {**os.environ, 'PYTHONPATH': path, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
+                self.process = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=own,
                                                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
                 theirs.close()
             request = json.dumps([[str(a) for a in argv], str(cwd), dict(env)]).encode()
