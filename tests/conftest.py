@@ -1,6 +1,7 @@
-"""The quick tier: `python -m pytest -q -m "not slow"` leaves out the tests that run the scripts end to end. A
-test is slow when it says so (@pytest.mark.slow), or when it waits for a module's background script runs
-(harness.py's `job` / `jobs` fixtures): a new @work test is in the slow tier without a word."""
+"""The quick tier: `python -m pytest -q -m "not slow"` leaves out the tests that take a second or more (they
+train, compile, or run the scripts end to end). A test is slow when it says so (@pytest.mark.slow), or when it
+waits for a module's background script runs (harness.py's `job` / `jobs` fixtures): a new @work test is in the
+slow tier without a word. At each module's end, a run that a failed test left running is killed."""
 import pytest
 
 import harness

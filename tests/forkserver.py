@@ -5,9 +5,10 @@ status, stdout and stderr (pipes), working directory and environment; in it the 
 `python script.py args` would run it: as __main__, with the same exit status, the same last words on
 stderr (configurator.py's one-line errors), atexit handlers run at the end.
 
-harness.py uses it: start([script, *args], cwd, env) -> a Run, which answers as subprocess.Popen does.
-Not forked: torchrun and `python -m` (the launcher is what a test of them checks), commands typed in
-bash, and `import prepare` needing no torch; those run as plain subprocesses."""
+harness.py uses it: start(...) -> a Run, which answers as subprocess.Popen does. Plain subprocesses
+remain where the process itself is what a test checks: torchrun and its workers, commands typed in
+bash (a script's printed resume command, gpu_check.sh), and a bare `import prepare` (no side effects).
+"""
 import atexit, gc, json, os, runpy, select, signal, socket, subprocess, sys, threading, time
 from contextlib import suppress
 
@@ -19,6 +20,7 @@ def serve(sock):
     """Each request: (argv, cwd, env) and the fds of the run's stdout, stderr and status pipes. Every
     process it forks is waited for, so that its CPU time counts in the tests' (`time pytest`)."""
     gc.freeze()  # the garbage collector of a run leaves the server's objects (and their pages) alone
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on pytest: its runs stop, as they would
     while True:
         request, fds, _, _ = socket.recv_fds(sock, 1 << 20, 3)
         if not request:  # the tests ended: their end of the socket closed
@@ -51,13 +53,15 @@ def watch(request, out, err, status):
 
 def execute(argv, cwd, env, out, err):
     """Run `python *argv` (a script and its arguments, or -c code and its arguments) here, and end as
-    python ends: SystemExit's status (a message printed), the excepthook for an exception (configurator.py's:
-    one line for bad input), KeyboardInterrupt by SIGINT, atexit handlers; then os._exit, not the
-    interpreter's teardown, which would touch, and so copy, every page shared with the server."""
+    python ends: SystemExit's status (a message printed), the excepthook for an exception
+    (configurator.py's: one line for bad input), KeyboardInterrupt by SIGINT, atexit handlers; then
+    os._exit, not the interpreter's teardown, which would touch, and so copy, every page shared with
+    the server (seconds of CPU)."""
     os.dup2(out, 1), os.dup2(err, 2), os.close(out), os.close(err)
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # python's own: KeyboardInterrupt
     status, by_signal = 0, None
     try:
         if argv[0] == '-c':
@@ -126,7 +130,8 @@ class Run:
         """-> (stdout, stderr), read to their end; a timeout keeps what came, for the next call."""
         end = time.monotonic() + (1e9 if timeout is None else timeout)
         while any(not f.closed for f in self._got):
-            ready = select.select([f for f in self._got if not f.closed], [], [], max(0, end - time.monotonic()))[0]
+            reading = [f for f in self._got if not f.closed]
+            ready = select.select(reading, [], [], max(0, end - time.monotonic()))[0]
             if not ready:
                 raise subprocess.TimeoutExpired(self.args, timeout)
             for f in ready:
@@ -166,10 +171,12 @@ class Server:
         with self.lock:
             if self.sock is None:
                 self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-                code = f'import forkserver, socket; {self.preload}; forkserver.serve(socket.socket(fileno={theirs.fileno()}))'
-                self.process = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, pass_fds=[theirs.fileno()],
-                                 env={**os.environ, 'PYTHONPATH': os.pathsep.join([REPO, os.path.dirname(__file__)]),
-                                      'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}, stdin=subprocess.DEVNULL)
+                code = (f'import forkserver, socket; {self.preload}; '
+                        f'forkserver.serve(socket.socket(fileno={theirs.fileno()}))')
+                path = os.pathsep.join([REPO, os.path.dirname(os.path.abspath(__file__))])
+                own = {**os.environ, 'PYTHONPATH': path, 'OMP_NUM_THREADS': '1', 'PYTHONUNBUFFERED': '1'}
+                self.process = subprocess.Popen([sys.executable, '-c', code], cwd=REPO, env=own,
+                                                pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
                 theirs.close()
             request = json.dumps([[str(a) for a in argv], str(cwd), dict(env)]).encode()
             socket.send_fds(self.sock, [request], [*send, status_w])

@@ -91,6 +91,7 @@ def finish(p):
     out, err = p.communicate(timeout=PATIENCE)
     return p.returncode, out, err
 
+@pytest.mark.slow
 def test_eval_json_report_and_html(tmp_path):
     make_run(tmp_path)
     rc, out, err = finish(start_eval(tmp_path, '--html=maps/new/depth.html'))  # folders it makes
@@ -147,6 +148,7 @@ def test_bad_input_is_one_line(tmp_path):
         assert rc != 0 and err.startswith('error:') and 'Traceback' not in err, err
         assert cases[name][1] in err and len(err.strip().splitlines()) == 1, err
 
+@pytest.mark.slow
 def test_prepare_train_eval(tmp_path):
     """prepare.py (byte, from a local mirror) -> train.py config/smoke.py, shrunk -> eval.py."""
     src = tmp_path / 'mirror' / 'raw.githubusercontent.com' / 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'

@@ -1,7 +1,7 @@
 """frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
 oracle, the monotone envelope and the verdict rule on hand-made cases; a run that stopped early;
 and the whole command on tiny models, whose rerun trains nothing and writes the same tables."""
-import json, re, runpy, subprocess, sys
+import json, os, re, runpy, subprocess, sys
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import ENV, PATIENCE, REPO, SERVER, make_data, run
+from harness import PATIENCE, REPO, SERVER, make_data, run
 import frontier
 from model import GPT, GPTConfig
 
@@ -119,11 +119,11 @@ def make_sft_data(root):
 
 def frontier_py(tmp_path, *args, monkeypatch, capsys):
     """`python frontier.py args` in tmp_path, its main block run here; each train.py it starts (with
-    subprocess.run) runs in a process forked from harness.SERVER, as it would in a python of its own
-    -> frontier.py's stdout."""
+    subprocess.run, which inherits the environment) runs in a process forked from harness.SERVER, as it
+    would in a python of its own -> frontier.py's stdout."""
     def train_py(cmd, stdout, stderr):
         assert cmd[0] == sys.executable and cmd[1].endswith('train.py'), cmd
-        p = SERVER.start(cmd[1:], tmp_path, ENV, stdout=stdout, stderr=stderr)
+        p = SERVER.start(cmd[1:], os.getcwd(), dict(os.environ), stdout=stdout, stderr=stderr)
         return subprocess.CompletedProcess(cmd, p.wait(timeout=PATIENCE))
     with monkeypatch.context() as m:
         m.chdir(tmp_path)
@@ -134,6 +134,7 @@ def frontier_py(tmp_path, *args, monkeypatch, capsys):
     return capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_campaign_on_tiny_models(tmp_path, monkeypatch, capsys):
     make_data(tmp_path, 'topics_byte')
     make_sft_data(tmp_path)

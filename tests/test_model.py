@@ -620,6 +620,7 @@ def test_act_default_gate_runs_every_token_to_the_max():
     assert abs(info['ponder'].item() - (6 + 1 - 5 * h)) < 1e-4
 
 
+@pytest.mark.slow
 def test_act_training_penalty_lowers_depth():
     def train(hp):
         m = act_model(loops=(4,), n_embd=32, halt_penalty=hp, seed=0)
@@ -1102,6 +1103,7 @@ def test_chunked_kv_cache_matches_full():
     assert torch.allclose(torch.cat([a, b], 1), full, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [dict(act=True), dict(phantom=True), dict(supervise=(1, 3))])
 def test_training_forward_compiles_in_one_graph(kw):
     """torch.compile of a training step sees no data-dependent branch: ACT's per-token loop stops early

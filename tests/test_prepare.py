@@ -418,9 +418,7 @@ def test_gpt2_without_bpe_files_is_one_line_error(tmp_path):
     proxy = 'http://127.0.0.1:9'  # blocks any download
     env = {**os.environ, 'TIKTOKEN_CACHE_DIR': str(tmp_path),
            'HTTPS_PROXY': proxy, 'https_proxy': proxy}
-    r = subprocess.run([sys.executable, os.path.join(REPO, 'prepare.py'), '--tokenizer=gpt2',
-                        f'--data_root={tmp_path}'], cwd=REPO, capture_output=True, text=True,
-                       timeout=harness.PATIENCE, env=env)
+    r = harness.run(REPO, 'prepare.py', '--tokenizer=gpt2', f'--data_root={tmp_path}', env=env)
     assert_one_line_error(r, 'TIKTOKEN_CACHE_DIR', '--tokenizer=byte')
 
 def _tiktoken_cache():

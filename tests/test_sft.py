@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness import ENV, REPO, TINY, load, losses, make_data, ok, one_line_error, run, work, jobs, job  # noqa: F401
+from harness import (ENV, REPO, TINY, copy_run, load, losses, make_data, ok, one_line_error, run,  # noqa: F401
+                     trained_run, work, jobs, job)
 import prepare
 from test_prepare import sources  # noqa: F401  (the fixture: every topic source, in its real format)
 
@@ -157,9 +158,8 @@ def test_fine_tune_from_an_out_dir(job):
 # ---------------------------------------------------------------- several models: one eval run, one sample run
 @work
 def several_models_side_by_side(d):
-    make_data(d)
+    copy_run(trained_run(d), d, out='pt')
     make_sft(d)
-    ok(run(d, 'train.py', *TINY, '--out_dir=pt', '--max_iters=4', '--eval_interval=4'))
     ok(run(d, 'train.py', *SFT, '--out_dir=ft', '--max_iters=30', '--eval_interval=30'))
     reports = lambda: [json.loads((d / m / 'eval.json').read_text()) for m in ('pt', 'ft')]
     ev = run(d, 'eval.py', '--out_dir=pt,ft', '--dataset=sft', '--device=cpu', '--eval_iters=1', '--batch_size=4')

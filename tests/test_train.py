@@ -1,9 +1,9 @@
 """End to end: configurator, prepare -> train -> resume -> sample, log lines, checkpoint contents, a paper config
 and torchrun, every script run as a subprocess (CPU, tiny models, byte-level data made here, no network).
 
-Speed: most of each run is torch's import (~2 s of CPU), so each test's scripts run in a `@work` function
-that the module starts in the background (a few threads, in test order) as soon as the first test asks;
-the test itself then only waits for its own results and asserts."""
+Speed: each script runs in a process forked from one that imported torch once (harness.py, forkserver.py),
+and each test's scripts run in a `@work` function that the module starts in the background (a few threads, in
+test order) as soon as the first test asks; the test itself then only waits for its own results and asserts."""
 import json, re
 
 import pytest
