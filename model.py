@@ -58,17 +58,20 @@ def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='',
 
 def check_rules(rules, values, example):
     """Each rule (like 'batch_size >= 1') must hold for values: the first that does not is bad
-    input, named as typed, with example's values (the defaults) as valid ones."""
-    for rule in rules:
+    input, named as typed, with example's values (the defaults) as valid ones where they are."""
+    def holds(rule, values):
         try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
-            holds = eval(rule, dict(values))
+            return eval(rule, dict(values))
         except Exception:
-            holds = False
-        if not holds:
+            return False
+    for rule in rules:
+        if not holds(rule, values):
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
-            valid = ' '.join(typed(k, example[k]) for k in keys if example[k] not in ('', None))
+            shown = {k: example[k] for k in keys if example[k] not in ('', None)}
+            valid = ' '.join(typed(k, v) for k, v in shown.items())
+            fits = valid and holds(rule, {**values, **shown})  # (no example that breaks it)
             raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
-                             + (f", e.g. {valid}" if valid else ''))
+                             + (f", e.g. {valid}" if fits else ''))
 
 # the fields' valid values: train.py checks them too, naming the --keys
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
@@ -614,6 +617,10 @@ def load_checkpoint(path, device='cpu', key='out_dir'):
         if found:
             hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}"
         raise InputError(f"no checkpoint at {path}{hint}") from None
+    except NotADirectoryError:  # --out_dir=run/ckpt.pt: the checkpoint, not its folder
+        given = os.path.dirname(path)
+        raise InputError(f"--{key}={given} is a file: give the folder that holds ckpt.pt, e.g. "
+                         f"--{key}={os.path.dirname(given) or '.'}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = "is truncated or not a nanoloop checkpoint"
         if 'Unsupported global' in str(e):

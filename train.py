@@ -141,6 +141,9 @@ for name, data in (('train', train_data), ('val', val_data)):
     if data.ndim == 1 and len(data) <= block_size + 1:
         raise InputError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
                          f"{block_size + 1}: lower --block_size or prepare more data")
+if batch_size * block_size > train_data.size:  # (a typo, most likely: it would fill the memory)
+    raise InputError(f"--batch_size={batch_size}: a batch of {batch_size * block_size:,} tokens is "
+                     f"more than {data_dir}/train.bin holds ({train_data.size:,}): lower it")
 if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
     raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
                      "or start over on purpose with --overwrite=True (or another --out_dir)")

@@ -6,7 +6,7 @@ change, and nothing the user had is lost.
 Where the process boundary is the point (resume, the dtype a script picks, signals, torchrun's ranks) the scripts
 run as subprocesses in the background (harness.py's @work); the rest run here, as `python SCRIPT ARGS` would
 (runpy), on an untrained tiny checkpoint made by hand: a few ms each."""
-import ast, json, os, runpy, signal, subprocess, sys
+import ast, json, os, runpy, shlex, signal, subprocess, sys
 from dataclasses import asdict
 
 import numpy as np
@@ -118,6 +118,12 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
     'loops_not_a_number': (None, (*TRAIN, '--loops=x'), ['--loops=x', 'tuple']),
     'checkpoint_with_a_wrong_shape': (lambda d: edit_ckpt(d, lambda c: c['model'].update(
         {'ln_f.weight': torch.ones(3)})), SAMPLE, ['out/ckpt.pt', 'ln_f.weight', 'shape']),
+    'out_dir_the_checkpoint_file': (None, (*SAMPLE, '--out_dir=out/ckpt.pt'),
+                                    ['--out_dir=out/ckpt.pt is a file', 'e.g. --out_dir=out']),
+    'a_batch_larger_than_the_data': (None, (*TRAIN, '--batch_size=99999999'),
+                                     ['--batch_size=99999999', 'train.bin holds', 'lower it']),
+    'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--depth_signal=probe'),
+                                                   ['--depth_signal=probe', 'supervise']),
 }
 
 
@@ -137,8 +143,14 @@ def test_an_option_outside_its_domain_is_one_line_in_its_syntax(case, here, monk
     if setup:
         setup(here)
     before = files(here)
-    fails(script(*args, monkeypatch=monkeypatch, capsys=capsys), *words)
+    error = fails(script(*args, monkeypatch=monkeypatch, capsys=capsys), *words)
     assert files(here) == before  # nothing made, nothing lost
+    if 'e.g.' in error:  # an example given is a valid one: it gets past this error
+        example = shlex.split(error.split('e.g. ')[-1])
+        keys = {a.partition('=')[0] for a in example}
+        fixed = [a for a in args if a.partition('=')[0] not in keys] + example
+        again = script(*fixed, monkeypatch=monkeypatch, capsys=capsys)[0] or 'worked: x'
+        assert again.split(': ')[2:] != error.split(': ')[2:]  # not the same problem again
 
 
 def test_a_text_option_takes_the_text_as_typed(here, monkeypatch, capsys):
