@@ -201,6 +201,13 @@ def read_config(path):  # a config file's settings (include('x.py') reads x.py f
     exec(open(path).read(), {'include': include}, settings)
     return settings
 
+def config_path(name):  # --estimate's names: the configs in config/
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'config', f'{name}.py')
+    if not os.path.isfile(path):
+        raise InputError(f"--estimate={name}: no config/{name}.py; name configs of config/, "
+                         "e.g. --estimate=v3")
+    return path
+
 def estimates(names):
     """Per paper config, what a GPU run needs, computed here: parameters (distinct, and with each
     tied block counted per iteration), tokens and FLOPs per optimizer step (6N + 12LdT a token:
@@ -208,11 +215,11 @@ def estimates(names):
     micro-step, in float32 and in bf16 autocast: measured on this CPU for one row, times the rows
     (every saved tensor grows with the batch; the weights, AdamW state and gradients come on
     top)."""
+    paths = {name: config_path(name) for name in names.split(',')}  # each checked before work
     print("| config | params: distinct / unrolled | tokens/step | TFLOP/step | "
           "activations: float32 / bf16 |\n| --- | --- | --- | --- | --- |")
-    for name in names.split(','):
-        s = read_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'config',
-                                     f'{name}.py'))
+    for name, path in paths.items():
+        s = read_config(path)
         keys = {k: v for k, v in s.items() if k in GPTConfig.__dataclass_fields__}
         torch.manual_seed(seed)
         model = GPT(GPTConfig(**keys, vocab_size=50257)).to(device)  # fineweb: GPT-2's vocab

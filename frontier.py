@@ -79,7 +79,7 @@ eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
 _valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", 'len(seeds) >= 1',
-          'stage_two_steps >= 1', 'jobs >= 1']
+          'len(set(seeds)) == len(seeds)', 'stage_two_steps >= 1', 'jobs >= 1']
 
 def run_dir(name, seed):
     return os.path.join(runs, f'{name}-s{seed}')
