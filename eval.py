@@ -1,11 +1,9 @@
 """
-Evaluate a tied-depth checkpoint: the paper's suffix NLL (masked and unmasked, with the pad
-fraction), NLL against loop depth, post-hoc early exit against uniform depth, loop depth per topic,
-probes of NLL (the last step's residual, relative and absolute; the entropy) and the alphas.
-Prints a report and writes out_dir/eval.json:
+Evaluate a tied-depth checkpoint: the paper's suffix NLL (masked, unmasked, pad fraction), NLL
+against loop depth, post-hoc early exit against uniform depth, loop depth per topic, probes of NLL
+(the last step's residual, relative and absolute; the entropy), the alphas -> out_dir/eval.json:
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
-Several checkpoints on the same documents, one after the other (each its own eval.json):
-$ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft
+$ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
 import os, json, math, time, itertools, html as html_lib
 import numpy as np
@@ -24,9 +22,8 @@ batch_size = 8
 eval_iters = 10         # val batches for the depth scan and the early-exit curve
 block_size = 0          # 0 = the model's
 suffix_start = 0        # first scored target position; 0 = the paper's 193 of 256, scaled
-exit_kind = ''          # post-hoc exit: 'maxprob' (stop once confident; '' = it, where the model
-                        # has exits), 'resid' (once still)
-thresholds = ()         # () = the default sweep for exit_kind
+exit_kind = ''          # post-hoc exit: 'maxprob' (once confident; '' = it), 'resid' (once still)
+thresholds = ()         # () = DEFAULTS[exit_kind], the early-exit curve's default sweep
 max_docs = 200          # eval.jsonl documents per topic
 html = ''               # write the depth map to this file (several out_dirs: to this name in each)
 seed = 1337
@@ -35,25 +32,20 @@ _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start
           'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
           "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks these rules
 # -----------------------------------------------------------------------------
-# per exit kind: the thresholds of the early-exit curve
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 
 def pack_docs(docs_tokens, eot, T):
-    """Each document + EOT -> one row of T tokens, truncated or right-padded with EOT.
-    real[i, j]: position j holds the document, up to and including its first EOT (decided by
-    position, not by id, because every pad IS an EOT)."""
+    """Each document + EOT -> a row of T tokens, truncated or right-padded with EOT. real[i, j]:
+    position j holds the document, up to its first EOT (by position: every pad IS an EOT)."""
     x = torch.full((len(docs_tokens), T), eot)
-    real = torch.zeros(len(docs_tokens), T, dtype=torch.bool)
     for i, toks in enumerate(docs_tokens):
-        toks = (list(toks) + [eot])[:T]
-        x[i, :len(toks)] = torch.tensor(toks)
-        real[i, :len(toks)] = True
-    return x, real
+        x[i, :len(toks) + 1] = torch.tensor(list(toks) + [eot])[:T]
+    ends = torch.tensor([len(toks) + 1 for toks in docs_tokens])  # each row's first pad
+    return x, torch.arange(T) < ends[:, None]
 
 def doc_rows(data_dir, T, max_docs):
-    """-> docs, tokens, x (N, T), real (N, T - 1), n_bad: the first max_docs documents of each topic
-    in eval.jsonl, grouped by topic, each packed into a row; real: is each prediction's TARGET
-    real (aligned with score's columns); n_bad: the malformed lines skipped."""
+    """-> docs, tokens, x (N, T), real (N, T - 1): is each prediction's TARGET real (as score's
+    columns), n_bad: malformed lines skipped. The first max_docs documents per topic, grouped."""
     encode, _, eot = get_tokenizer(load_meta(data_dir)['tokenizer'])
     docs, n_bad = read_eval_docs(path := os.path.join(data_dir, 'eval.jsonl'))
     topics = dict.fromkeys(d['topic'] for d in docs)
@@ -69,8 +61,7 @@ def doc_rows(data_dir, T, max_docs):
 @torch.no_grad()
 def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
     """-> nll, depth and the probes (resid, moved, entropy) of each PREDICTION in token rows x,
-    each (N, T - 1): column j is the prediction of x[:, j + 1] from x[:, :j + 1] (the logits,
-    depth and state at position j). The plain NLL, not the training loss."""
+    each (N, T - 1): column j predicts x[:, j + 1] from x[:, :j + 1]. Not the training loss."""
     out, t0, device = [], time.time(), model.head.weight.device
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
@@ -93,14 +84,12 @@ def suffix(T, start=0):
     return start, slice(start - 1, None)
 
 def suffix_nll(nll, real, columns):
-    """The paper's benchmark: the loss on the suffix's targets (columns: see suffix). 'unmasked'
-    counts every target, pad included; 'masked' only the real ones (real: the targets', (N, T -
-    1)). When most targets are pad, the two can rank models oppositely: report both, and the pad
-    share."""
+    """The paper's benchmark: the loss on the suffix's targets (columns: see suffix), 'unmasked'
+    over all, pad included, 'masked' over the real ones (real: (N, T - 1)). When most are pad the
+    two can rank models oppositely: report both, and the pad share."""
     nll, real = nll[:, columns], real[:, columns]
-    masked = nll[real].mean().item() if real.any() else None
-    pad_fraction = 1 - real.float().mean().item()
-    return dict(masked=masked, unmasked=nll.mean().item(), pad_fraction=pad_fraction)
+    return dict(masked=nll[real].mean().item() if real.any() else None, unmasked=nll.mean().item(),
+                pad_fraction=1 - real.float().mean().item())
 
 def val_rows(data, T, n, seed):
     """n rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
@@ -126,8 +115,7 @@ def depth_scan(model, rows, batch_size):
 
 def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
     """Post-hoc per-token exit of this kind at each threshold, beside uniform depth at the same
-    mean compute (interpolated between the whole depths around it). Empty for ACT (its gate
-    picks the depth) or no loop."""
+    mean compute (interpolated between whole depths). None with ACT (its gate picks) or no loop."""
     if model.config.act or not model.config.loops:
         return []
     uniform = {s['k']: s['nll'] for s in scan}  # k -> NLL, filled in where the curve needs it
@@ -145,12 +133,9 @@ def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
 def topic_depths(nll, depth, real, topics):
     """Per topic: the NLL over every real target of its documents (the whole block, not only the
     suffix: less noise), the mean iterations spent on those predictions, and how many."""
-    out = {}
-    for topic in sorted(set(topics)):
-        m = real & torch.tensor([t == topic for t in topics])[:, None]
-        mean_depth = depth[m].float().mean().item()
-        out[topic] = dict(nll=nll[m].mean().item(), mean_depth=mean_depth, tokens=int(m.sum()))
-    return out
+    masks = {t: real & torch.tensor([d == t for d in topics])[:, None] for t in sorted(set(topics))}
+    return {t: dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
+                    tokens=int(m.sum())) for t, m in masks.items()}
 
 def probe(nll, signal, real):
     """Pearson r between a per-token signal (of its state, at its last step) and the NLL of its
@@ -162,11 +147,11 @@ def probe(nll, signal, real):
 
 def write_html(path, docs, tokens, shade, top, decode, what):
     """The depth map of some documents: each predicted token coloured by shade (N, T - 1), which
-    `what` names (the loop depth, or the iteration at which its prediction settled); its tooltip,
-    the logit lens: its top-1 prediction after every iteration (top: GPT.lens's, (iterations, N,
-    T)). All text goes through html.escape."""
+    `what` names (loop depth, or the iteration its prediction settled at); its tooltip, the logit
+    lens: its top-1 after every iteration (top: GPT.lens's). All text goes through html.escape."""
     esc, hi = html_lib.escape, max(int(shade.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
+    word = lambda t: f'token {t}' if '\ufffd' in decode([t]) else repr(decode([t]))  # half a char
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(shade.min()), hi + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
@@ -175,12 +160,9 @@ def write_html(path, docs, tokens, shade, top, decode, what):
     for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top.unbind(1)):
         spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
         for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
-            lens, i = [], 0  # 'i-j: t': after iterations i to j the top-1 prediction was t
-            for t, same in itertools.groupby(row_top[:, b - 1].tolist()):
-                n, word = len(list(same)), decode([t])  # (a piece of a character: its id)
-                word = f'token {t}' if '\ufffd' in word else repr(word)
-                lens, i = lens + [f"{i + 1}-{i + n}: {word}"], i + n
-            title = '; '.join(lens)
+            runs = [(t, len(list(g))) for t, g in itertools.groupby(row_top[:, b - 1].tolist())]
+            ends = itertools.accumulate(n for _, n in runs)  # 'i-j: t': t, the top-1 after i to j
+            title = '; '.join(f"{j - n + 1}-{j}: {word(t)}" for (t, n), j in zip(runs, ends))
             d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
             spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
@@ -188,28 +170,25 @@ def write_html(path, docs, tokens, shade, top, decode, what):
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
 
-def print_rows(title, rows):
-    """One report section: a line per row, its keys and values as in eval.json."""
-    print(f"\n{title}:")
-    for row in rows or [{'none': ''}]:
-        print("  " + "   ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                 for k, v in row.items()))
-
-def print_report(r):
+def print_report(r):  # eval.json's numbers; a table: a line per row, its keys and values
     s, fmt = r['suffix_nll'], lambda v: 'n/a' if v is None else f"{v:.3f}"
-    targets = f"{r['suffix_start']}..{r['block_size'] - 1}"
-    print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {targets}): masked (real tokens) "
-          f"{fmt(s['masked'])} | unmasked (all) {fmt(s['unmasked'])}"
+    print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {r['suffix_start']}..{r['block_size'] - 1}"
+          f"): masked (real tokens) {fmt(s['masked'])} | unmasked (all) {fmt(s['unmasked'])}"
           f" | pad {s['pad_fraction']:.1%}")
     if s['pad_fraction'] > 0.05:  # the paper's was 61.6% pad, and ranking by it inverted the board
         print(f"  note: {s['pad_fraction']:.0%} of the scored targets are padding (over 5%): "
               "the unmasked NLL mostly measures padding; rank by masked")
-    print_rows("depth scan (val; k loops in every segment)", r['depth_scan'])
-    print_rows(f"early exit ({r['exit_kind']}, per token, post hoc) vs uniform depth at the same "
-               "mean depth (diff < 0: exit wins; none with ACT or without a loop)",
-               [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']])
-    print_rows(f"topics (NLL over the real tokens of each doc's block; depth from "
-               f"{r['depth_source']})", [dict(topic=n, **t) for n, t in r['topics'].items()])
+    tables = {"depth scan (val; k loops in every segment)": r['depth_scan'],
+              f"early exit ({r['exit_kind']}, per token, post hoc) vs uniform depth at the same "
+              "mean depth (diff < 0: exit wins; none with ACT or without a loop)":
+              [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']],
+              f"topics (NLL over the real tokens of each doc's block; depth from "
+              f"{r['depth_source']})": [dict(topic=n, **t) for n, t in r['topics'].items()]}
+    for title, rows in tables.items():
+        print(f"\n{title}:")
+        for row in rows or [{'none': ''}]:
+            print("  " + "   ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                                     for k, v in row.items()))
     probes = ' | '.join(f"{name} {fmt(v)}" for name, v in r['probes'].items())
     print(f"\nprobes of NLL, Pearson r over real tokens: {probes}\n"
           f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
@@ -217,9 +196,8 @@ def print_report(r):
 
 def check(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, thresholds,
           html):
-    """One checkpoint's options, before any work (each argument: the setting of that name at the
-    top of this file): its block size, exit kind, data and the files it writes -> (the model, its
-    data folder, T, its autocast: the dtype it was trained with, unless --dtype)."""
+    """One checkpoint's settings (each named as at the top of this file), before any work: block
+    size, exit kind, data, the files it writes -> (model, data folder, T, autocast_dtype's)."""
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     c, T = model.config, block_size or model.config.block_size
     if T > c.block_size:
@@ -232,13 +210,10 @@ def check(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, 
     if (exit_kind or thresholds) and (exit_kind or 'maxprob') not in has:
         given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
         raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
-    name = ckpt['config']['dataset']  # the model's own, or another in its tokenizer
-    if dataset:
-        name = dataset_folder(split_folder(dataset)[0], split_folder(name)[1])
-    data_dir = os.path.join('data', name)
-    meta = load_meta(data_dir)
-    if meta['vocab_size'] != c.vocab_size:
-        raise InputError(f"{data_dir}/meta.json has vocab_size {meta['vocab_size']} but the "
+    own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
+    data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
+    if (vocab := load_meta(data_dir)['vocab_size']) != c.vocab_size:
+        raise InputError(f"{data_dir}/meta.json has vocab_size {vocab} but the "
                          f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
                          "the tokenizer the model was trained with")
     check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
@@ -250,8 +225,7 @@ def check(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, 
 @torch.no_grad()
 def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
              thresholds, max_docs, html):
-    """One checkpoint, its options checked: prints its report, writes out_dir/eval.json (and the
-    depth map to html). Each argument is the setting of that name at the top of this file."""
+    """One checked checkpoint (settings named as at the top) -> its report, eval.json, html map."""
     c = model.config
     start, columns = suffix(T, suffix_start)  # the report says which targets were scored
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
@@ -282,17 +256,15 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
                    info['top'].cpu(), get_tokenizer(load_meta(data_dir)['tokenizer'])[1], what)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
 
-def html_file(model_dir, several):  # --html, or with several out_dirs, that name in each
-    return os.path.join(model_dir, os.path.basename(html)) if several and html else html
-
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     device = get_device(device)
-    dirs = folders(out_dir)
+    dirs = folders(out_dir)  # several (a,b,c): each evaluated in turn, each its own eval.json
+    maps = {d: os.path.join(d, os.path.basename(html)) if html and dirs[1:] else html for d in dirs}
     checked = {d: check(d, device, dtype, dataset, block_size, suffix_start, exit_kind,
-                        thresholds, html_file(d, len(dirs) > 1)) for d in dirs}  # before any work
+                        thresholds, maps[d]) for d in dirs}  # every model before any work
     for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():
         print(precision)
-        with ctx:  # several out_dirs (a,b,c): each evaluated in turn, each its own eval.json
+        with ctx:
             evaluate(d, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
-                     thresholds, max_docs, html_file(d, len(dirs) > 1))
+                     thresholds, max_docs, maps[d])

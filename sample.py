@@ -5,9 +5,7 @@ Several models side by side, from the same prompt, seed and settings:
 $ python sample.py --out_dir=out-cpu-single,out-cpu-sft --max_new_tokens=100
 (the study's settings: --top_k=50 --top_p=0.9 --repetition_penalty=1.2 --temperature=1.0)
 """
-import os
-import sys
-import time
+import os, sys, time
 import torch
 from model import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
 from prepare import folders, get_tokenizer, pieces
@@ -43,7 +41,6 @@ if start.startswith('FILE:'):
         start = open(path, encoding='utf-8').read()
     except UnicodeDecodeError as e:
         raise InputError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
-exit_policy = parse_exit(exit_at) if exit_at else None  # (and for each model: load)
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
 def paint(text, depth, max_depth):
@@ -51,28 +48,25 @@ def paint(text, depth, max_depth):
     colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
-def load(out_dir):  # a model, its options checked for it, and the dtype it was trained with
+def load(out_dir):  # a model and what sampling it needs: each option checked for this model
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    model.depths(n_loops)  # (one depth for all its segments, or one each)
-    if exit_at:
-        parse_exit(exit_at, model.config)
+    max_depth = sum(model.depths(n_loops))  # (n_loops: one depth for all segments, or one each)
+    exit = parse_exit(exit_at, model.config) if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
-    if not encode(start):
+    if not (ids := encode(start)):
         raise InputError("the prompt is empty: give some text, e.g. --start='\\n' "
                          "or --start=FILE:prompt.txt")
     _, ctx, precision = autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
-    return model.eval(), ctx, precision, encode, decode
+    return model.eval(), max_depth, exit, ctx, precision, ids, decode
 
-def sample(model, ctx, precision, encode, decode):  # num_samples samples, each after the prompt
+def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples, after the prompt
     torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
     print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
-    ids = encode(start)
     if len(ids) > model.config.block_size:  # the model sees at most block_size tokens
         print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
               "(block_size)", file=sys.stderr)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
-    max_depth = sum(model.depths(n_loops))
-    adaptive = exit_policy or model.config.act  # each token its own depth; else show the lens
+    adaptive = exit or model.config.act  # each token its own depth; else show the lens
     show = 'settled' if show_depth and not adaptive else True  # what generate returns per token
     if show_depth:
         what = 'loop depth:' if adaptive else f'loop depth: {max_depth}; settled at iteration:'
@@ -84,15 +78,14 @@ def sample(model, ctx, precision, encode, decode):  # num_samples samples, each 
             y, depth = model.generate(x, max_new_tokens, temperature=temperature,
                                       top_k=top_k or None, top_p=top_p,
                                       repetition_penalty=repetition_penalty, n_loops=n_loops,
-                                      exit=exit_policy, return_depth=show)
+                                      exit=exit, return_depth=show)
             new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
             speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
             if adaptive:  # what adaptive depth spent, of the maximum
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
             if show_depth:  # a character of several tokens: the most any one of them had
-                depths = depth[0].tolist()
-                body = "".join(paint(text, max(depths[i:j]), max_depth)
+                body = "".join(paint(text, depth[0, i:j].max().item(), max_depth)
                                for text, i, j in pieces(new, decode))
             else:
                 body = decode(new)
