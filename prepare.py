@@ -286,22 +286,24 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
     held, kept = sft_split() if dataset == 'sft' else held_and_kept(dataset)
     if dataset != 'shakespeare':  # mix the topics; shakespeare keeps its order so the text reads on
         random.Random(seed).shuffle(kept)
-    if dataset == 'sft':  # a row: prompt, EOT, answer, EOT, then EOT padding to block_size
-        as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]
-        samples = [as_row(prompt, answer) for prompt, answer in kept]
-        docs = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
-        print(f"dropped {len(samples) - len(docs):,} of {len(samples):,} samples: longer than "
-              f"block_size={block_size}")
-        held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
-                if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
-    else:
-        docs = [encode(d) + [eot] for d in kept]
+    held, docs = (sft(encode, eot, held, kept) if dataset == 'sft' else
+                  (held, [encode(d) + [eot] for d in kept]))
     n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
         raise bad(f"only {len(docs)} documents left for train and val; lower --eval_docs"
                   + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
+
+def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT padding
+    as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]  # unpadded
+    samples = [as_row(prompt, answer) for prompt, answer in kept]
+    rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
+    print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
+          f"block_size={block_size}")
+    held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
+            if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
+    return held, rows
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
     if tokenizer != 'gpt2':
