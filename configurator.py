@@ -5,12 +5,8 @@
 # key one value as a 1-tuple (--thresholds=0.9). Then each rule in the script's _valid list (like
 # 'batch_size >= 1') must hold. It reads and sets the script's keys, nothing else.
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
-import os
-import re
+import builtins, os, re, sys, traceback
 import ast as _ast
-import builtins
-import sys
-import traceback
 from difflib import get_close_matches
 import torch as _torch
 from model import InputError, check_rules, typed
@@ -33,9 +29,8 @@ sys.excepthook = _excepthook
 
 def _set(key, val, where=''):  # where: the config file that sets it
     if key not in _keys:
-        near = get_close_matches(key, _keys, n=1)
         dash = '' if where else '--'
-        hint = f"; did you mean {dash}{near[0]}?" if near else ""
+        hint = ''.join(f"; did you mean {dash}{k}?" for k in get_close_matches(key, _keys, n=1))
         raise InputError(f"unknown config key {dash}{key}{where}{hint}")
     old = globals()[key]
     if isinstance(old, bool) and str(val).lower() in ('true', 'false'):
@@ -58,6 +53,7 @@ def _run_config(path, into):
     try:
         code = builtins.compile(open(path).read(), path, 'exec')  # (train.py has a key `compile`)
         exec(code, {'include': include}, into)
+        return into
     except InputError:  # an include()'s
         raise
     except Exception as e:  # the config file's own error: name the file and its line
@@ -66,13 +62,10 @@ def _run_config(path, into):
         raise InputError(f"config file '{path}', line {line}: {type(e).__name__}: {e}") from None
 
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
-_keys = [k for k, v in globals().items() if k.islower() and k[0] != '_' and type(v) in _simple]
-_defaults = {k: globals()[k] for k in _keys}  # for the examples of valid values
+_keys = {k: v for k, v in globals().items() if k.islower() and k[0] != '_' and type(v) in _simple}
 if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its keys and defaults
-    print(__doc__.strip())
-    print("\nkeys (--key=value), with their defaults:")
-    for _key, _val in _defaults.items():
-        print(f"  {_key} = {_val!r}")
+    print(__doc__.strip() + "\n\nkeys (--key=value), with their defaults:")
+    print('\n'.join(f"  {k} = {v!r}" for k, v in _keys.items()))
     sys.exit(0)
 for _arg in sys.argv[1:]:
     if re.search('[\udc80-\udcff]', _arg):  # how Python reads argv bytes that are not UTF-8
@@ -87,17 +80,16 @@ for _arg in sys.argv[1:]:
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             _val = _text  # a bare word (--compile=true); if the key takes no text, _set says so
         _set(_key, _val)
-    else:  # a config file
-        _updates = {}
-        _run_config(_arg, _updates)
-        for _key, _val in _updates.items():
-            if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
-                _set(_key, _val, f" (in {_arg})")
-    if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
         _shown = repr(globals()[_key])  # a long one (a prompt) shortened
         _shown = _shown if len(_shown) <= 100 else f"{_shown[:80]}... ({len(_shown):,} characters)"
-        print(f"Overriding: {_key} = {_shown}" if _arg.startswith('--') else
-              f"Overriding config with {_arg}")
-check_rules(globals().get('_valid', []), globals(), _defaults)
+        _said = f"Overriding: {_key} = {_shown}"
+    else:  # a config file (it may set nothing)
+        for _key, _val in _run_config(_arg, {}).items():
+            if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
+                _set(_key, _val, f" (in {_arg})")
+        _said = f"Overriding config with {_arg}"
+    if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
+        print(_said)
+check_rules(globals().get('_valid', []), globals(), _keys)  # (_keys: the defaults, valid values)
 if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fine; run nothing
     sys.exit(0)

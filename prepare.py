@@ -147,8 +147,7 @@ def replaced(path):
 
 def check_output(path, key):
     """Before the work starts: can the file path be written, as a shell user means it? (Missing
-    folders the caller makes.) A link to nowhere, a file or folder in the way, or no write access:
-    one line naming it."""
+    folders the caller makes.)"""
     where = os.path.abspath(path)
     while not os.path.exists(where):  # the first part of it that exists
         if os.path.islink(where):
@@ -210,18 +209,18 @@ def jsonl(path):
     return [json.loads(line) for line in read(path).splitlines() if line.strip()]
 def blank_line_separated(path):  # a sonnet, or a speech of the play
     return [d.strip() for d in re.split(r'\n\s*\n', read(path))]
+def joined(parts):  # a document of its non-blank parts, one a line (an SFT pair as topics has it)
+    return '\n'.join(part for part in parts if part.strip())
 
 def code_pairs():  # CodeAlpaca: (the task and its input if any, the answer)
-    tasks = [[r['instruction'], r['input'], r['output']] for r in json.loads(read(CODEALPACA))]
-    return [('\n'.join(part for part in task[:2] if part.strip()), task[2]) for task in tasks]
+    return [(joined([r['instruction'], r['input']]), r['output'])
+            for r in json.loads(read(CODEALPACA))]
 def code_docs():  # CodeAlpaca's pairs as documents; HumanEval: prompt + solution
-    docs = ['\n'.join(part for part in pair if part.strip()) for pair in code_pairs()]
+    docs = list(map(joined, code_pairs()))
     return docs + [r['prompt'] + r['canonical_solution'] for r in jsonl(HUMANEVAL)]
 
 def math_pairs():  # GSM8K: (the question, the worked answer ending in '#### N')
     return [(r['question'], r['answer']) for r in jsonl(GSM8K % 'train') + jsonl(GSM8K % 'test')]
-def math_docs():
-    return [question + '\n' + answer for question, answer in math_pairs()]
 
 def dialogue_docs():  # DailyDialog: a dialogue a line, turns split by __eou__ -> a turn a line
     docs = []
@@ -245,8 +244,9 @@ def unescape(s):  # AG News writes a line break as '\' and '$' as '#36;' ('&#36;
     return html.unescape(re.sub(r'#(\d+);', r'&#\1;', s.replace('\\', '\n'))).strip()
 
 DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPEARE)},
-            'topics': {'code': code_docs, 'math': math_docs, 'dialogue': dialogue_docs,
-                       'news': news_docs, 'poetry': lambda: blank_line_separated(SONNETS)},
+            'topics': {'code': code_docs, 'math': lambda: list(map(joined, math_pairs())),
+                       'dialogue': dialogue_docs, 'news': news_docs,
+                       'poetry': lambda: blank_line_separated(SONNETS)},
             'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
 def held_and_kept(name):  # -> (held (topic, eval.jsonl's {'text': doc}), kept docs in order)
@@ -265,18 +265,16 @@ def sft_split():
     (so no model met it in pre-training), unless pre-training has the same text elsewhere or a
     kept sample has its prompt or its answer (DailyDialog repeats 'Thank you.' in many of them)."""
     held_docs, kept_docs = held_and_kept('topics')
-    held_docs = {doc['text'] for _, doc in held_docs}
-    turns = lambda docs: {pair for d in docs for pair in itertools.pairwise(d.split('\n'))}
-    held_turns, kept_turns, kept_docs = turns(held_docs), turns(kept_docs), set(kept_docs)
+    texts = lambda docs: {*docs, *(p for d in docs for p in itertools.pairwise(d.split('\n')))}
+    in_held, in_kept = texts([doc['text'] for _, doc in held_docs]), texts(kept_docs)
     held, kept = [], []
     for topic, source in DATASETS['sft'].items():
-        for pair in dict.fromkeys(p for p in source() if ''.join(p).strip()):
-            doc = '\n'.join(part for part in pair if part.strip())  # as topics joins it
-            in_held = pair in held_turns or doc in held_docs
-            if pair in kept_turns or doc in kept_docs or not in_held:  # in pre-training
-                kept.append(pair)
-            else:
+        for pair in dict.fromkeys(p for p in source() if joined(p)):
+            met = {pair, joined(pair)}  # as a (turn, next turn) or as a whole document
+            if met & in_held and not met & in_kept:  # never in pre-training
                 held.append((topic, pair))
+            else:
+                kept.append(pair)
     kept_texts = {text for pair in kept for text in pair}
     unique = [(topic, pair) for topic, pair in held if not kept_texts & set(pair)]
     print(f"held out {len(unique):,} samples of topics' held-out documents (dropped "
@@ -288,10 +286,8 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
     held, kept = sft_split() if dataset == 'sft' else held_and_kept(dataset)
     if dataset != 'shakespeare':  # mix the topics; shakespeare keeps its order so the text reads on
         random.Random(seed).shuffle(kept)
-    if dataset == 'sft':
-        held, docs = sft(encode, eot, held, kept)
-    else:
-        docs = [encode(d) + [eot] for d in kept]
+    held, docs = (sft(encode, eot, held, kept) if dataset == 'sft' else
+                  (held, [encode(d) + [eot] for d in kept]))
     n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
         raise bad(f"only {len(docs)} documents left for train and val; lower --eval_docs"
@@ -345,8 +341,7 @@ def main():
                  'meta.json': [json.dumps(meta, indent=2).encode()]}
         for name, parts in files.items():
             with open(os.path.join(new, name), 'wb') as f:
-                for piece in parts:  # bytes or token arrays (a shard is memory-mapped)
-                    f.write(piece)
+                f.writelines(parts)  # bytes or token arrays (a shard is memory-mapped)
                 print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 
 if __name__ == '__main__':

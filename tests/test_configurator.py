@@ -94,3 +94,11 @@ def test_gpt_config_checks_its_rules_for_a_library_user(kw, message):
     with pytest.raises(ValueError) as e:
         GPTConfig(**kw)
     assert message in str(e.value) and '\n' not in str(e.value)
+
+
+def test_a_config_file_that_sets_nothing_is_fine(tmp_path, monkeypatch, capsys):
+    """It used to be a NameError traceback: the echo showed the last key set, and there was none."""
+    (tmp_path / 'empty.py').write_text('# nothing set yet\n')
+    monkeypatch.setenv('NANOLOOP_ARGS_ONLY', '1')
+    assert script('sample.py', str(tmp_path / 'empty.py'), monkeypatch=monkeypatch) == 0
+    assert f"Overriding config with {tmp_path / 'empty.py'}" in capsys.readouterr().out
