@@ -266,6 +266,10 @@ def save_checkpoint():
     except OSError as e:  # a full or read-only disk: one line, and ckpt.pt stays whole
         raise InputError(f"cannot save {ckpt_path} at iter {iter_num}: {e.strerror}; it is left "
                          "as it was: free some space, or use another --out_dir") from None
+    except RuntimeError:  # torch.save's writer fails when a second signal stops it mid-write
+        if len(stop) < 2:
+            raise
+        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint") from None
     finally:  # after an error or a second Ctrl-C, no partial file is left to fill the disk
         with suppress(FileNotFoundError):
             os.remove(ckpt_path + '.tmp')
@@ -309,9 +313,9 @@ stop = []  # the signals received
 def request_stop(signum, frame):
     """Say how to resume, now: after SIGHUP the terminal is gone, and what the run prints from
     here on goes nowhere. A second signal stops at once (ckpt.pt stays whole: save_checkpoint)."""
-    if stop:
-        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
     stop.append(signum)
+    if len(stop) > 1:
+        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
     with suppress(OSError):  # (a closed terminal cannot be written to: the run saves all the same)
         if master:
             print(f"\nstopping: finishing this step, then saving {ckpt_path}; resume with  "
