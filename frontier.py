@@ -544,15 +544,20 @@ def findings(runs):
              "is the mean over its standard error.\n"]
     if runs.get('single'):
         parts += [tradeoff(runs, have(FIXED_MODELS)), exits(runs, have(FIXED_MODELS))]
-    parts += [training(runs, have(PT_MODELS)), documents(runs, have(PT_MODELS)),
-              act_depths(runs, have(ACT_MODELS))]
+    if have(PT_MODELS):
+        parts += [training(runs, have(PT_MODELS)), documents(runs, have(PT_MODELS)),
+                  act_depths(runs, have(ACT_MODELS))]
     if have(SFT_MODELS) == SFT_MODELS:
         parts.append(sft(runs, SFT_MODELS))
     if have(DEPTH_MODELS[1:]) and runs.get('multi'):  # (results/seeds has exit-10 only)
         parts.append(depth_signals(runs))
-    parts += [depth_signals(runs, suffix) for suffix in ('-1500', '-wide')
-              if runs.get('multi' + suffix) and runs.get('exit-10' + suffix)]
+    for suffix in ('-1500', '-wide'):  # the confirmations: the same tables, another schedule
+        if runs.get('multi' + suffix) and runs.get('exit-10' + suffix):
+            parts += [depth_signals(runs, suffix), exits(runs, have(schedule(suffix)))]
     return '\n'.join(parts)
+
+def schedule(suffix):  # the fixed-depth models of one schedule: '' (750 steps), '-1500', '-wide'
+    return [n + suffix for n in (FIXED_MODELS if not suffix else ['single', 'multi', 'exit-10'])]
 
 def ticks(lo, hi, n=5):
     """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
@@ -604,12 +609,8 @@ def mean_points(runs, name, policy):  # [(MFLOP, NLL)] of a policy, each the mea
     return [(np.mean([p[i]['flops'] for p in per_seed]) / 1e6,
              np.mean([p[i]['nll'] for p in per_seed])) for i in range(len(per_seed[0]))]
 
-def chart(runs):
-    """One chart per fixed-depth model: its fixed depths, exits and oracle; then ACT's points
-    beside the single-depth model's fixed depths. x: forward MFLOP per token."""
-    series_of = {'fixed': 'black', 'frozen maxprob': 'crimson', 'frozen resid': 'darkorange',
-                 'frozen learned': 'seagreen', 'oracle': 'steelblue'}
-    names = [n for n in FIXED_MODELS if runs.get(n)]
+def schedule_charts(runs, names, series_of):
+    """One chart per model of one schedule, each with the best envelope of them all."""
     best = [(x / 1e6, np.mean(per_seed)) for _, x, per_seed in best_envelope(runs, names)]
     charts = []
     for n in names:
@@ -619,6 +620,16 @@ def chart(runs):
         series.append(('best of any model', 'gray', best))
         charts.append(svg_chart(f"{n}: val NLL against compute (mean of the seeds)", series,
                                 xlabel='forward MFLOP per token'))
+    return charts
+
+def chart(runs):
+    """One chart per fixed-depth model: its fixed depths, exits and oracle; then ACT's points
+    beside the single-depth model's fixed depths. x: forward MFLOP per token."""
+    series_of = {'fixed': 'black', 'frozen maxprob': 'crimson', 'frozen resid': 'darkorange',
+                 'frozen learned': 'seagreen', 'oracle': 'steelblue'}
+    charts = []
+    for names in [[n for n in schedule(sfx) if runs.get(n)] for sfx in ('', '-1500', '-wide')]:
+        charts += schedule_charts(runs, names, series_of) if names else []
     act = [p for n in ACT_MODELS if runs.get(n) for p in mean_points(runs, n, 'ACT')]
     if act and runs.get('single'):
         charts.append(svg_chart("ACT at three penalties, beside single's fixed depths",
