@@ -221,18 +221,23 @@ def test_unknown_model_is_a_one_line_error(tmp_path):
 def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     """results/seeds/findings.md is frontier.findings of the committed runs/*.json: a rerun of
     `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
-    for folder in ('results/seeds', 'results/depth'):
+    campaigns = {'results/seeds': (None, (1, 2, 3)), 'results/depth': (None, (1, 2, 3)),
+                 # the confirmation: exit-10 and multi at 5 seeds; with single at 3 (the same runs)
+                 'results/depth1500': (['exit-10-1500', 'multi-1500'], (1, 2, 3, 4, 5)),
+                 'results/depth1500-single': (['exit-10-1500', 'multi-1500', 'single-1500'], (1, 2, 3))}
+    for folder, (names, seeds) in campaigns.items():
         monkeypatch.setattr(frontier, 'results', folder)
         runs = {name: {seed: json.loads((REPO / folder / 'runs' / f'{name}-s{seed}.json').read_text())
-                       for seed in frontier.seeds} for name in frontier.MODELS
+                       for seed in seeds} for name in names or frontier.MODELS
                 if (REPO / folder / 'runs' / f'{name}-s1.json').exists()}
         assert frontier.findings(runs) == (REPO / folder / 'findings.md').read_text(), folder
 
 
 def test_results_quote_only_numbers_the_campaign_wrote():
-    """Every 'mean ± SE' that RESULTS.md quotes is in results/seeds/ or results/depth/findings.md."""
+    """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md (results/seeds, depth, ...)."""
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
-    findings = ''.join((REPO / f'results/{d}/findings.md').read_text() for d in ('seeds', 'depth'))
+    findings = ''.join((REPO / f'results/{d}/findings.md').read_text()
+                       for d in ('seeds', 'depth', 'depth1500', 'depth1500-single'))
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
 
 
