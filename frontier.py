@@ -557,7 +557,7 @@ def findings(runs):
     return '\n'.join(parts)
 
 def schedule(suffix):  # the fixed-depth models of one schedule: '' (750 steps), '-1500', '-wide'
-    return [n + suffix for n in (FIXED_MODELS if not suffix else ['single', 'multi', 'exit-10'])]
+    return [n + suffix for n in FIXED_MODELS if n + suffix in MODELS]
 
 def ticks(lo, hi, n=5):
     """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
