@@ -63,8 +63,10 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
 }
+STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
+         'exit-0.1', 'exit-0.1-II', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
 seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights and batch order)
-models = ''  # '' = all of MODELS; or some, comma-separated: 'single,multi'
+models = ''  # '' = the study's (STUDY); or some, comma-separated: 'single,multi'
 jobs = 1  # runs trained and measured at a time, each on one thread (2 on a 2-core machine)
 runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
 results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
@@ -642,7 +644,7 @@ def chart(runs):
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    names = models.split(',') if models else list(MODELS)
+    names = models.split(',') if models else STUDY
     if unknown := [name for name in names if name not in MODELS]:
         raise InputError(f"--models={models}: no model {', '.join(unknown)}; choose from "
                          f"{', '.join(MODELS)}, e.g. --models=single,multi")

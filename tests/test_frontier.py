@@ -218,6 +218,12 @@ def test_unknown_model_is_a_one_line_error(tmp_path):
     assert r.returncode == 1 and 'models' in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
+def test_the_default_models_are_the_ones_results_seeds_holds():
+    """So `python frontier.py --results=results/seeds` on a fresh clone trains nothing."""
+    held = {p.name.rsplit('-s', 1)[0] for p in (REPO / 'results/seeds/runs').glob('*.json')}
+    assert held == set(frontier.STUDY)
+
+
 def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     """results/seeds/findings.md is frontier.findings of the committed runs/*.json: a rerun of
     `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
