@@ -425,7 +425,8 @@ def depth_signals(runs, suffix=''):
     named = [(f"{n} minus {base}: {what}", paired(runs, n, base, value))
              for n in names if n not in bases[:2] for base in bases if base != n
              for what, value in values]
-    return '\n'.join([f"## 10. What makes the exit gate's model train better {suffix[1:]}\n",
+    which = f" (the {suffix[1:]} schedule)" if suffix else ''
+    return '\n'.join([f"## 10. What makes the exit gate's model train better{which}\n",
                       table(['model', *[f'k={k}' for k in ks]], rows), differences(named)])
 
 EXIT_HEADER = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minus own envelope',
@@ -434,13 +435,15 @@ EXIT_HEADER = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minu
 def exits(runs, names):
     policies = ['frozen maxprob', 'selection maxprob', 'frozen resid', 'selection resid',
                 'frozen learned', 'oracle']
+    act = [row for n in ACT_MODELS if runs.get(n)
+           for row in policy_rows(runs, n, 'ACT', base='single')]
     out = ["## 3, 9. Per-token depth against the model's own uniform depth, in FLOPs per token\n",
            table(EXIT_HEADER, [row for n in names for policy in policies
-                               for row in policy_rows(runs, n, policy)]),
-           "\nACT, against the envelope of the single-depth model of the same seed (its shape):\n",
-           table(EXIT_HEADER, [row for n in ACT_MODELS if runs.get(n)
-                               for row in policy_rows(runs, n, 'ACT', base='single')]),
-           "\nThe best envelope across the fixed-depth models (per seed, the lowest there):\n"]
+                               for row in policy_rows(runs, n, policy)])]
+    if act:
+        out += ["\nACT, against the envelope of the single-depth model of the same seed (its "
+                "shape):\n", table(EXIT_HEADER, act)]
+    out.append("\nThe best envelope across the fixed-depth models (per seed, the lowest there):\n")
     best = [[k, f"{x / 1e6:.2f}", pm(per_seed)] for k, x, per_seed in best_envelope(runs, names)]
     return '\n'.join(out + [table(['depth', 'MFLOP/token', 'best NLL'], best)])
 
