@@ -1158,11 +1158,12 @@ def test_gates_and_depth_signals_leave_the_shared_weights_as_drawn(extra):
     assert new or extra.get('depth_signal') == 'inject'  # (inject adds no parameter)
 
 
-def test_depth_signal_off_by_default_and_in_no_study_config():
-    assert GPTConfig().depth_signal == ''
+def test_depth_signal_and_exit_gate_off_by_default_and_in_no_study_config():
+    assert GPTConfig().depth_signal == '' and GPTConfig().exit_gate is False
     import glob
     for path in glob.glob('config/v*.py') + ['config/cpu_single.py', 'config/cpu_multi.py']:
-        assert 'depth_signal' not in open(path).read(), path
+        text = open(path).read()
+        assert 'depth_signal' not in text and 'exit_gate' not in text, path
 
 
 def test_embed_and_inject_step_math():
