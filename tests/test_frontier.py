@@ -228,7 +228,9 @@ def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     """results/seeds/findings.md is frontier.findings of the committed runs/*.json: a rerun of
     `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
     campaigns = {'results/seeds': (None, (1, 2, 3)), 'results/depth': (None, (1, 2, 3)),
-                 'results/depth1500': (['exit-10-1500', 'multi-1500', 'single-1500'], (1, 2, 3, 4, 5))}
+                 'results/depth1500': (['exit-10-1500', 'multi-1500', 'single-1500'],
+                                       (1, 2, 3, 4, 5)),
+                 'results/depthwide': (['exit-10-wide', 'multi-wide', 'single-wide'], (1, 2))}
     for folder, (names, seeds) in campaigns.items():
         monkeypatch.setattr(frontier, 'results', folder)
         runs = {name: {seed: json.loads((REPO / folder / 'runs' / f'{name}-s{seed}.json').read_text())
@@ -241,7 +243,7 @@ def test_results_quote_only_numbers_the_campaign_wrote():
     """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md (results/seeds, depth, ...)."""
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
     findings = ''.join((REPO / f'results/{d}/findings.md').read_text()
-                       for d in ('seeds', 'depth', 'depth1500'))
+                       for d in ('seeds', 'depth', 'depth1500', 'depthwide'))
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
 
 
