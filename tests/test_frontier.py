@@ -225,25 +225,24 @@ def test_the_default_models_are_the_ones_results_seeds_holds():
 
 
 def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
-    """results/seeds/findings.md is frontier.findings of the committed runs/*.json: a rerun of
-    `python frontier.py --results=results/seeds` (which reads them) writes the same page."""
-    campaigns = {'results/seeds': (None, (1, 2, 3)), 'results/depth': (None, (1, 2, 3)),
-                 'results/depth1500': (['exit-10-1500', 'multi-1500', 'single-1500'],
-                                       (1, 2, 3, 4, 5)),
-                 'results/depthwide': (['exit-10-wide', 'multi-wide', 'single-wide'], (1, 2))}
-    for folder, (names, seeds) in campaigns.items():
-        monkeypatch.setattr(frontier, 'results', folder)
-        runs = {name: {seed: json.loads((REPO / folder / 'runs' / f'{name}-s{seed}.json').read_text())
-                       for seed in seeds} for name in names or frontier.MODELS
-                if (REPO / folder / 'runs' / f'{name}-s1.json').exists()}
-        assert frontier.findings(runs) == (REPO / folder / 'findings.md').read_text(), folder
+    """Each committed campaign's findings.md (results/seeds, depth, ...) is frontier.findings of its
+    runs/*.json: a rerun of the command that wrote it (which reads them) writes the same page."""
+    pages = sorted((REPO / 'results').glob('*/findings.md'))
+    for page in pages:
+        monkeypatch.setattr(frontier, 'results', str(page.parent.relative_to(REPO)))
+        runs = {}
+        for path in sorted((page.parent / 'runs').glob('*.json')):
+            name, seed = path.stem.rsplit('-s', 1)
+            runs.setdefault(name, {})[int(seed)] = json.loads(path.read_text())
+        runs = {name: runs[name] for name in frontier.MODELS if name in runs}  # MODELS' order
+        assert frontier.findings(runs) == page.read_text(), page
+    assert len(pages) >= 4
 
 
 def test_results_quote_only_numbers_the_campaign_wrote():
-    """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md (results/seeds, depth, ...)."""
+    """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md."""
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
-    findings = ''.join((REPO / f'results/{d}/findings.md').read_text()
-                       for d in ('seeds', 'depth', 'depth1500', 'depthwide'))
+    findings = ''.join(p.read_text() for p in (REPO / 'results').glob('*/findings.md'))
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
 
 
