@@ -52,6 +52,11 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'warmup': (['config/cpu_multi.py', *SCHEDULE, '--warmup_iters=300'], None),
     'exit-10-warmup': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10', '--warmup_iters=300'],
                        None),  # does the gate add anything to a longer warmup?
+    # does the gain travel through the gate's gradient into the states, and when? At steps [a, b)
+    # the gate reads detached states (train.py gate_detached); its early burst is steps 10-60
+    **{f'exit-10-{when}': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10',
+                            f'--gate_detached={steps}'], None)
+       for when, steps in (('detach', '(0,750)'), ('late', '(0,100)'), ('early', '(100,750)'))},
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
     **{f'{name}-1500': ([config, *args], None) for name, config, args in (
         ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
@@ -318,7 +323,8 @@ def campaign(names):
     return {n: {s: out[n, s] for s in seeds} for n in names}
 
 # ----------------------------------------------------------------------------- the findings
-DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup']  # multi + ...
+DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
+                'exit-10-detach', 'exit-10-late', 'exit-10-early']
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,

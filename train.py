@@ -49,6 +49,7 @@ act = False  # the ACT halting gate, its ponder cost weighed by halt_penalty
 halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
+gate_detached = (0, 0)  # a control: at steps a <= iter < b of (a, b) the gate reads detached states
 depth_signal = ''  # how the tied block learns its depth: 'probe', 'embed' or 'inject' (GUIDE)
 dropout = 0.0
 bias = False
@@ -79,7 +80,8 @@ TRAIN_RULES = ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interv
                'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
                'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-               "dtype in ('', 'float32', 'bfloat16')", '0 <= seed < 2**24']
+               "dtype in ('', 'float32', 'bfloat16')", '0 <= seed < 2**24',
+               'len(gate_detached) == 2 and (exit_gate or gate_detached[0] >= gate_detached[1])']
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -349,6 +351,8 @@ while iter_num < max_iters:
     torch.manual_seed(step_seed + (rank << 56))  # dropout: each rank its own
     # the global batch: gradient_accumulation_steps rows of positions; this rank's share
     ix = draw(train_data, (gradient_accumulation_steps, batch_size), gen)
+    if raw_model.exit_gate is not None:  # the control: the gate's gradient kept from the states
+        raw_model.exit_gate.detached = gate_detached[0] <= iter_num < gate_detached[1]
     loss_sum = torch.zeros((), device=device)
     for micro_step, rows in enumerate(ix[rank * micro_steps:(rank + 1) * micro_steps]):
         if ddp:  # sync gradients only on the last micro step

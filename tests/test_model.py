@@ -676,6 +676,23 @@ def test_exit_loss_with_a_constant_gate_matches_a_hand_computation():
     assert m.exit_gate.gate.bias.grad.abs() > 0  # the gate learns from the loss
 
 
+def test_a_detached_gate_keeps_its_gradient_from_the_language_model():
+    """ExitGate.detached (train.py gate_detached, a control): the gate reads detached states, so the
+    language model gets the gradient of sum_t p_t NLL_t with p held fixed: the entropy bonus (beta)
+    no longer reaches it, while the gate still learns. Attached, beta changes the LM's gradient."""
+    idx, tgt = batch()
+    def grads(beta, detached):
+        m = exit_model(beta=beta).train()
+        with torch.no_grad():
+            m.exit_gate.gate.weight.normal_(0, 1.0, generator=torch.Generator().manual_seed(5))
+        m.exit_gate.detached = detached
+        m(idx, tgt)[1].backward()
+        assert m.exit_gate.gate.weight.grad.abs().sum() > 0
+        return torch.cat([p.grad.flatten() for n, p in m.named_parameters() if 'exit_gate' not in n])
+    assert torch.allclose(grads(0.1, True), grads(10.0, True), atol=1e-7)
+    assert not torch.allclose(grads(0.1, False), grads(10.0, False), atol=1e-4)
+
+
 def test_stage_two_loss_is_the_gates_cross_entropy_against_too_small_gains():
     """With a margin (Ouro's stage II) the loss is the BCE of each lambda_t against 'stop here':
     the next supervised depth improves the token's NLL by less than the margin."""

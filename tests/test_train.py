@@ -149,6 +149,28 @@ def test_checkpoint_loads_with_weights_only(jobs):
     assert ckpt['model'] and all(isinstance(v, torch.Tensor) for v in ckpt['model'].values())
 
 
+# ---------------------------------------------------------------- the gate_detached control
+@work
+def gate_detached_acts_at_its_steps_only(d):
+    make_data(d)
+    gate = [*TINY, '--exit_gate=True', '--supervise=(1,)', '--exit_beta=1', '--max_iters=3',
+            '--eval_interval=100']
+    windows = ['(0,0)', '(3,9)', '(1,3)', '(0,1)']  # never, after the run, steps 1-2, step 0
+    rs = run_all(*[(d, 'train.py', *gate, f'--gate_detached={w}', f'--out_dir=out{i}')
+                   for i, w in enumerate(windows)])
+    return [ok(r) and load(d / f'out{i}' / 'ckpt.pt')['model'] for i, r in enumerate(rs)]
+
+
+def test_gate_detached_acts_at_its_steps_only(job):
+    """train.py --gate_detached=(a, b): the exit gate reads detached states at steps a <= iter < b
+    only. A window after the run, or at step 0 (the gate starts at zero: no gradient reaches the
+    states through it yet), trains the very same weights; steps 1-2 change the language model."""
+    never, after, middle, first = job
+    lm = [n for n in never if 'exit_gate' not in n]
+    assert all(torch.equal(never[n], after[n]) and torch.equal(never[n], first[n]) for n in never)
+    assert any(not torch.equal(never[n], middle[n]) for n in lm)
+
+
 # ---------------------------------------------------------------- ACT
 @work
 def act_log_shows_depth_and_ponder(d):
