@@ -60,10 +60,12 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
     **{f'{name}-1500': ([config, *args], None) for name, config, args in (
         ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
-        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']))},
+        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']),
+        ('exit-10-early', 'config/cpu_exit.py', ['--exit_beta=10', '--gate_detached=(100,1500)']))},
     **{f'{name}-wide': ([config, *SCHEDULE, *args, *WIDE], None) for name, config, args in (
         ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
-        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']))},
+        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']),
+        ('exit-10-early', 'config/cpu_exit.py', ['--exit_beta=10', '--gate_detached=(100,750)']))},
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
