@@ -335,7 +335,7 @@ class ExitGate(nn.Module):
         super().__init__()
         self.c, self.margin = c, margin
         self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
-        self.detached = False  # a control (train.py gate_detached): its gradient stops at the gate
+        self.detached = False  # True (train.py gate_detached): its gradient stops at the gate
 
     def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
         if self.detached:

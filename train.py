@@ -49,7 +49,7 @@ act = False  # the ACT halting gate, its ponder cost weighed by halt_penalty
 halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
-gate_detached = (0, 0)  # a control: at steps a <= iter < b of (a, b) the gate reads detached states
+gate_detached = (0, 0)  # (a, b): at steps a <= iter < b the exit gate reads detached states
 depth_signal = ''  # how the tied block learns its depth: 'probe', 'embed' or 'inject' (GUIDE)
 dropout = 0.0
 bias = False
@@ -351,7 +351,7 @@ while iter_num < max_iters:
     torch.manual_seed(step_seed + (rank << 56))  # dropout: each rank its own
     # the global batch: gradient_accumulation_steps rows of positions; this rank's share
     ix = draw(train_data, (gradient_accumulation_steps, batch_size), gen)
-    if raw_model.exit_gate is not None:  # the control: the gate's gradient kept from the states
+    if raw_model.exit_gate is not None:  # in the window, the gate's gradient stops at the gate
         raw_model.exit_gate.detached = gate_detached[0] <= iter_num < gate_detached[1]
     loss_sum = torch.zeros((), device=device)
     for micro_step, rows in enumerate(ix[rank * micro_steps:(rank + 1) * micro_steps]):
