@@ -33,6 +33,10 @@ from prepare import check_output, load_meta, load_tokens, sft_targets
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
 WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU
+# the arms confirmed at 1,500 steps and at a wider shape ('{}' in an argument: the run's steps)
+CONFIRM = [('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
+           ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']),
+           ('exit-10-early', 'config/cpu_exit.py', ['--exit_beta=10', '--gate_detached=(100,{})'])]
 MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the same shape and data
     'single': (['config/cpu_single.py', *SCHEDULE], None),
     'multi': (['config/cpu_multi.py', *SCHEDULE], None),
@@ -58,14 +62,10 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
                             f'--gate_detached={steps}'], None)
        for when, steps in (('detach', '(0,750)'), ('late', '(0,100)'), ('early', '(100,750)'))},
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
-    **{f'{name}-1500': ([config, *args], None) for name, config, args in (
-        ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
-        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']),
-        ('exit-10-early', 'config/cpu_exit.py', ['--exit_beta=10', '--gate_detached=(100,1500)']))},
-    **{f'{name}-wide': ([config, *SCHEDULE, *args, *WIDE], None) for name, config, args in (
-        ('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
-        ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']),
-        ('exit-10-early', 'config/cpu_exit.py', ['--exit_beta=10', '--gate_detached=(100,750)']))},
+    **{f'{name}-1500': ([config, *[a.format(1500) for a in args]], None)
+       for name, config, args in CONFIRM},
+    **{f'{name}-wide': ([config, *SCHEDULE, *[a.format(750) for a in args], *WIDE], None)
+       for name, config, args in CONFIRM},
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
