@@ -12,9 +12,12 @@ $ python frontier.py --results=results/depth --jobs=2 \
 A finished run is never trained again (one that stopped early is resumed: never measured
 half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
 campaign finished trains nothing and writes the same tables from those files.
-The rule: a difference is a finding when its mean over the seeds exceeds twice its standard error
-(paired by seed: every model trains at every seed); otherwise it is "not established". Policies on
-one model (same weights, same rows) are compared within each seed, then averaged.
+The rule: a difference is a finding when its mean over n seeds exceeds t(0.975, n-1) standard
+errors (4.30 at 3 seeds, 2.78 at 5; paired by seed: every model trains at every seed); otherwise it
+is "not established", and 2 seeds give no verdict. Policies on one model (same weights, same rows)
+are compared within each seed, then averaged.
+A tuned arm is named by its model and its changed settings, '+'-joined (TUNE): multi+w100+c0.25 is
+multi with --warmup_iters=100 --grad_clip=0.25.
 """
 import os
 import sys
@@ -72,6 +75,27 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
 }
 STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
          'exit-0.1', 'exit-0.1-II', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
+# a tuned arm: a model's name, then '+' and a setting of its own each: multi+w100+c0.25
+TUNE = {'w': 'warmup_iters', 'c': 'grad_clip', 'lr': 'learning_rate', 'a': 'alpha_init',
+        'b': 'beta2'}
+
+def tuned(name):
+    """'multi+w100+c0.25' -> (multi's train.py arguments, then --warmup_iters=100
+    --grad_clip=0.25, which override the config's; None). Added to MODELS by its name."""
+    base, *knobs = name.split('+')
+    settings = ', '.join(f'{k} ({v})' for k, v in TUNE.items())
+    if base not in MODELS or MODELS[base][0] is None or MODELS[base][1] or not knobs:
+        raise InputError(f"--models={name}: a tuned arm is a model trained from scratch, then its "
+                         f"settings, e.g. multi+w100+c0.25; settings: {settings}")
+    args = list(MODELS[base][0])
+    for knob in knobs:
+        key = knob.rstrip('0123456789.e-')
+        if key not in TUNE or key == knob:
+            raise InputError(f"--models={name}: no setting '{knob}'; a setting is a letter and a "
+                             f"value, e.g. w100: {settings}")
+        args.append(f"--{TUNE[key]}={knob[len(key):]}")
+    return args, None
+
 seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights and batch order)
 models = ''  # '' = the study's (STUDY); or some, comma-separated: 'single,multi'
 jobs = 1  # runs trained and measured at a time, each on one thread (2 on a 2-core machine)
@@ -342,13 +366,18 @@ def pm(values, digits=3):
     mean, se = stats(values)
     return f"{mean:.{digits}f} ± {se:.{digits}f}"
 
+# t(0.975, n-1): a mean difference over n seeds beyond this many standard errors is a finding
+# (5% two-sided, Student's t with n-1 degrees of freedom); 2 seeds are never enough
+T975 = {3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
+
 def verdict(diffs):
-    """The rule: a finding when |mean| > 2 standard errors, over at least 3 seeds."""
+    """The rule: a finding when |mean| > t(0.975, n-1) standard errors, over at least 3 seeds."""
     mean, se = stats(diffs)
     if len(diffs) < 3:
-        return f"not established ({len(diffs)} seeds)"
+        return f"no verdict ({len(diffs)} seed{'s' * (len(diffs) > 1)})"
     ratio = f" ({mean / se:+.1f} SE)" if se > 0 else ''
-    return ("**finding**" if abs(mean) > 2 * se else "not established") + ratio
+    return ("**finding**" if abs(mean) > T975[min(len(diffs), 10)] * se
+            else "not established") + ratio
 
 def paired(runs, a, b, value):
     """[a minus b, seed by seed, of value(run)] for the seeds both have."""
@@ -553,8 +582,9 @@ def findings(runs):
     parts = [f"# The seeded findings\n\nWritten by `python frontier.py --results={results}` from "
              f"`{results}/runs/*.json`, seeds {', '.join(map(str, seeds))}. A cell is the mean ± "
              "the standard error over the seeds; a difference is a **finding** when its mean "
-             "exceeds twice its standard error (paired by seed), else *not established*; (+x SE) "
-             "is the mean over its standard error.\n"]
+             "exceeds t(0.975, n-1) standard errors over its n seeds (4.30 at 3, 2.78 at 5; "
+             "paired by seed), else *not established*, and 2 seeds give no verdict; (+x SE) is "
+             "the mean over its standard error.\n"]
     if runs.get('single'):
         parts += [tradeoff(runs, have(FIXED_MODELS)), exits(runs, have(FIXED_MODELS))]
     if have(PT_MODELS):
@@ -564,10 +594,29 @@ def findings(runs):
         parts.append(sft(runs, SFT_MODELS))
     if have(DEPTH_MODELS[1:]) and runs.get('multi'):  # (results/seeds has exit-10 only)
         parts.append(depth_signals(runs))
+    if any('+' in n for n in runs):
+        parts.append(tuning(runs))
     for suffix in ('-1500', '-wide'):  # the confirmations: the same tables, another schedule
         if runs.get('multi' + suffix) and runs.get('exit-10' + suffix):
             parts += [depth_signals(runs, suffix), exits(runs, have(schedule(suffix)))]
     return '\n'.join(parts)
+
+def tuning(runs):
+    """Section 11: each tuned arm (TUNE) beside its model at the configs' settings, and the
+    differences that decide: an arm minus its model, and between models at the same settings."""
+    arms = [n for n in runs if '+' in n and runs[n]]
+    bases = [n for n in dict.fromkeys(a.split('+')[0] for a in arms) if runs.get(n)]
+    ks = [1, 12]
+    rows = [[n, len(runs[n]), *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]]
+            for n in bases + arms]
+    base, settings = (lambda n: n.partition('+')[0]), (lambda n: n.partition('+')[2])
+    named = [(f"{a} minus {base(a)}: NLL at k={k}", paired(runs, a, base(a), at(k)))
+             for a in arms for k in ks]
+    named += [(f"{a} minus {b}: NLL at k=12", paired(runs, a, b, at(12)))  # gated minus ungated
+              for a in arms for b in [*arms, *bases] if a != b and settings(a) == settings(b)
+              and base(a).startswith('exit') and not b.startswith('exit')]
+    return '\n'.join(["## 11. Tuned settings: each arm beside its model (TUNE in frontier.py)\n",
+                      table(['model', 'seeds', *[f'k={k}' for k in ks]], rows), differences(named)])
 
 def schedule(suffix):  # the fixed-depth models of one schedule: '' (750 steps), '-1500', '-wide'
     return [n + suffix for n in FIXED_MODELS if n + suffix in MODELS]
@@ -656,6 +705,7 @@ def chart(runs):
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     names = models.split(',') if models else STUDY
+    MODELS.update({name: tuned(name) for name in names if '+' in name})
     if unknown := [name for name in names if name not in MODELS]:
         raise InputError(f"--models={models}: no model {', '.join(unknown)}; choose from "
                          f"{', '.join(MODELS)}, e.g. --models=single,multi")
