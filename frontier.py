@@ -64,6 +64,11 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     **{f'exit-10-{when}': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10',
                             f'--gate_detached={steps}'], None)
        for when, steps in (('detach', '(0,750)'), ('late', '(0,100)'), ('early', '(100,750)'))},
+    # the step without the direction: the gate detached, and in steps 0-99 a random gradient of
+    # the size the gate's own has there (train.py gate_sham): fresh each step, or one fixed
+    **{f'exit-10-sham-{sham}': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10',
+                                 '--gate_detached=(0,750)', f'--gate_sham={sham}'], None)
+       for sham in ('noise', 'fixed')},
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
     **{f'{name}-1500': ([config, *[a.format(1500) for a in args]], None)
        for name, config, args in CONFIRM},
@@ -350,7 +355,8 @@ def campaign(names):
 
 # ----------------------------------------------------------------------------- the findings
 DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
-                'exit-10-detach', 'exit-10-late', 'exit-10-early']
+                'exit-10-detach', 'exit-10-late', 'exit-10-early', 'exit-10-sham-noise',
+                'exit-10-sham-fixed']
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
@@ -457,7 +463,7 @@ def depth_signals(runs, suffix=''):
     names = [n + suffix for n in ['single', 'multi', *DEPTH_MODELS] if runs.get(n + suffix)]
     ks = [1, 2, 4, 8, 12]
     rows = [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]] for n in names]
-    bases = [base + suffix for base in ('multi', 'single', 'exit-10')]
+    bases = [base + suffix for base in ('multi', 'single', 'exit-10', 'exit-10-early')]
     values = [('NLL at k=1', at(1)), ('NLL at k=12', at(12)), ('the k=1 penalty', k1_penalty)]
     named = [(f"{n} minus {base}: {what}", paired(runs, n, base, value))
              for n in names if n not in bases[:2] for base in bases if base != n
@@ -604,7 +610,8 @@ def findings(runs):
 def tuning(runs):
     """Section 11: each tuned arm (TUNE) beside its model at the configs' settings, and the
     differences that decide: an arm minus its model, and between models at the same settings."""
-    arms = [n for n in runs if '+' in n and runs[n]]
+    order = lambda n: (list(MODELS).index(n.partition('+')[0]), n)
+    arms = sorted([n for n in runs if '+' in n and runs[n]], key=order)
     bases = [n for n in dict.fromkeys(a.split('+')[0] for a in arms) if runs.get(n)]
     ks = [1, 12]
     rows = [[n, len(runs[n]), *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]]

@@ -91,12 +91,21 @@ def test_envelope_is_monotone_in_compute():
     assert env(2.5) == 1.5 and env(3.0) == 1.5 and env(1.5) == pytest.approx(1.75)
 
 
-def test_verdict_needs_three_seeds_and_twice_the_standard_error():
-    assert frontier.verdict([0.10, 0.11, 0.09]).startswith('**finding**')
-    assert frontier.verdict([0.10, -0.08, 0.02]).startswith('not established')
-    assert frontier.verdict([0.10, 0.11]) == 'not established (2 seeds)'
-    mean, se = frontier.stats([1.0, 2.0, 3.0])
-    assert mean == 2.0 and se == pytest.approx(1 / np.sqrt(3))
+def test_verdict_needs_three_seeds_and_t_standard_errors():
+    """A finding: |mean| beyond t(0.975, n-1) standard errors (4.30 at 3 seeds, 2.78 at 5), not
+    twice; 2 seeds give no verdict at all."""
+    def diffs(ratio, n):  # n differences whose mean is `ratio` standard errors
+        spread = np.linspace(-1, 1, n)
+        se = spread.std(ddof=1) / np.sqrt(n)
+        return list(ratio * se + spread)
+    assert frontier.verdict(diffs(4.4, 3)).startswith('**finding**')
+    assert frontier.verdict(diffs(4.2, 3)).startswith('not established (+4.2 SE)')
+    assert frontier.verdict(diffs(3.0, 3)).startswith('not established')  # (2 SE: was a finding)
+    assert frontier.verdict(diffs(-2.9, 5)).startswith('**finding** (-2.9 SE)')
+    assert frontier.verdict(diffs(2.7, 5)).startswith('not established')
+    assert frontier.verdict(diffs(2.3, 12)).startswith('**finding**')  # (past 10: t(9)'s 2.26)
+    assert frontier.verdict([0.10, 0.11]) == 'no verdict (2 seeds)'
+    assert frontier.verdict([0.10]) == 'no verdict (1 seed)'
 
 
 def make_sft_data(root):
@@ -164,7 +173,7 @@ def test_campaign_on_tiny_models(tmp_path, monkeypatch, capsys):
     assert s1['config']['seed'] == 1 and not torch.equal(s1['model']['wte.weight'],
                                                          s2['model']['wte.weight'])
     findings = (tmp_path / 'out-frontier' / 'findings.md').read_text()
-    assert '## 1-2. The trade-off law' in findings and 'not established (2 seeds)' in findings
+    assert '## 1-2. The trade-off law' in findings and 'no verdict (2 seeds)' in findings
     assert '## 8. SFT on held-out samples' in findings
     svg = (tmp_path / 'out-frontier' / 'frontier.svg').read_text()
     assert svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"') and svg.count('<polyline') >= 8
@@ -234,7 +243,8 @@ def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
         for path in sorted((page.parent / 'runs').glob('*.json')):
             name, seed = path.stem.rsplit('-s', 1)
             runs.setdefault(name, {})[int(seed)] = json.loads(path.read_text())
-        runs = {name: runs[name] for name in frontier.MODELS if name in runs}  # MODELS' order
+        runs = {name: runs[name] for name in [*frontier.MODELS, *sorted(runs)]  # MODELS' order,
+                if name in runs}  # then the tuned arms
         assert frontier.findings(runs) == page.read_text(), page
     assert len(pages) >= 4
 
