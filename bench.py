@@ -24,8 +24,8 @@ import sys
 import time
 import shlex
 import torch
-from model import (GPTConfig, GPT, Block, InputError, autocast_dtype, get_device, load_checkpoint,
-                   parse_exit)
+from model import GPTConfig, GPT, Block
+from guards import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 # training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step

@@ -8,24 +8,10 @@
 import builtins, os, re, sys, traceback
 import ast as _ast
 from difflib import get_close_matches
-import torch as _torch
-from model import InputError, check_rules, typed
+import guards as _guards
+from guards import InputError, check_rules, typed
 
-def _excepthook(kind, err, tb, _default=sys.excepthook):
-    """nanoloop's error policy, all of it. Bad input is an InputError (model.py), raised on purpose
-    with a message naming the problem and the fix: it prints as one line, 'error: <message>'; so
-    does running out of memory, which torch raises. Under torchrun only rank 0 prints (every rank
-    meets the same input, and exits 1). Anything else, even a ValueError from torch, is a bug until
-    shown otherwise: it keeps its traceback."""
-    memory = issubclass(kind, _torch.OutOfMemoryError) or "can't allocate memory" in str(err)
-    if not (issubclass(kind, InputError) or memory):
-        _default(kind, err, tb)
-    elif os.environ.get('RANK', '0') == '0':
-        size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
-        fix = 'lower --batch_size' if 'batch_size' in globals() else 'use a smaller model'
-        print(f"error: {f'out of memory ({size and size[0]}): {fix}' if memory else err}",
-              file=sys.stderr)
-sys.excepthook = _excepthook
+sys.excepthook = _guards.excepthook  # bad input: one line, 'error: ...'
 
 def _set(key, val, where=''):  # where: the config file that sets it
     if key not in _keys:
@@ -63,6 +49,7 @@ def _run_config(path, into):
 
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
 _keys = {k: v for k, v in globals().items() if k.islower() and k[0] != '_' and type(v) in _simple}
+_guards.script_keys = _keys
 if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its keys and defaults
     print(__doc__.strip() + "\n\nkeys (--key=value), with their defaults:")
     print('\n'.join(f"  {k} = {v!r}" for k, v in _keys.items()))

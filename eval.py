@@ -9,9 +9,9 @@ import os, json, math, time, itertools, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import InputError, autocast_dtype, exits, get_device, load_checkpoint, typed
-from prepare import (check_output, data_error, dataset_folder, folders, get_tokenizer,
-                     load_meta, load_tokens, pieces, read_eval_docs, split_folder)
+from prepare import get_tokenizer, pieces
+import guards
+from guards import data_error, load_meta, load_tokens, read_eval_docs
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -94,7 +94,7 @@ def suffix_nll(nll, real, columns):
 def val_rows(data, T, n, seed):
     """n rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
     if len(data) <= T:
-        raise InputError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
+        raise guards.InputError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
     ix = torch.randint(len(data) - T, (n,), generator=torch.Generator().manual_seed(seed))
     return torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in ix.tolist()])
@@ -194,34 +194,6 @@ def print_report(r):  # eval.json's numbers; a table: a line per row, its keys a
           f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
-def check(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, thresholds,
-          html):
-    """One checkpoint's settings (each named as at the top of this file), before any work: block
-    size, exit kind, data, the files it writes -> (model, data folder, T, autocast_dtype's)."""
-    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    c, T = model.config, block_size or model.config.block_size
-    if T > c.block_size:
-        raise InputError(f"--block_size={T} is larger than the model's {c.block_size}: use "
-                         "--block_size=0 (the model's) or less")
-    if suffix_start >= T:
-        raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
-                         f"1..{T - 1}, or 0 for the default")
-    has, lacks = exits(c)
-    if (exit_kind or thresholds) and (exit_kind or 'maxprob') not in has:
-        given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
-        raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
-    own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
-    data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
-    if (vocab := load_meta(data_dir)['vocab_size']) != c.vocab_size:
-        raise InputError(f"{data_dir}/meta.json has vocab_size {vocab} but the "
-                         f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
-                         "the tokenizer the model was trained with")
-    check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
-    if html:
-        check_output(html, 'html')
-    precision = autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
-    return model.eval(), data_dir, T, precision
-
 @torch.no_grad()
 def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
              thresholds, max_docs, html):
@@ -258,10 +230,10 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
-    device = get_device(device)
-    dirs = folders(out_dir)  # several (a,b,c): each evaluated in turn, each its own eval.json
+    device = guards.get_device(device)
+    dirs = guards.folders(out_dir)  # several (a,b,c): each evaluated in turn, each its own eval.json
     maps = {d: os.path.join(d, os.path.basename(html)) if html and dirs[1:] else html for d in dirs}
-    checked = {d: check(d, device, dtype, dataset, block_size, suffix_start, exit_kind,
+    checked = {d: guards.check_eval(d, device, dtype, dataset, block_size, suffix_start, exit_kind,
                         thresholds, maps[d]) for d in dirs}  # every model before any work
     for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():
         print(precision)

@@ -31,8 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import ExitGate, InputError, load_checkpoint
-from prepare import check_output, load_meta, load_tokens, sft_targets
+from model import ExitGate
+from prepare import sft_targets
+from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
 WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU

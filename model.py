@@ -4,23 +4,13 @@ A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) 
 Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), StopRule (how
 a segment decides each token's depth: exits, ACT), GPT.objective, then KVCache and generate.
 """
-import os
-import re
-import glob
 import math
-import shlex
 from dataclasses import dataclass
-from difflib import get_close_matches
 from typing import NamedTuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
-
-class InputError(ValueError):
-    """Bad input, raised on purpose with a message that names the problem and the fix: a script
-    prints it as one line, 'error: <message>' (configurator.py's excepthook). Any other exception
-    is a bug until shown otherwise, and keeps its traceback."""
 
 @dataclass
 class GPTConfig:
@@ -45,35 +35,12 @@ class GPTConfig:
 
     def __post_init__(self):
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
-        for rule in RULES:  # a library user gets the line configurator.py gives a script's user
+        for rule in RULES:  # (train.py checks the same RULES first, naming its --keys)
             if not eval(rule, vars(self).copy()):
                 keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items() if k in rule)
-                raise InputError(f"GPTConfig({keys}): need {rule}")
+                raise ValueError(f"GPTConfig({keys}): need {rule}")
 
-def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'
-    if type(value) is str:
-        return f"--{key}={shlex.quote(value)}"
-    return shlex.quote(f"--{key}={value}")
-
-
-def check_rules(rules, values, example):
-    """Each rule (like 'batch_size >= 1') must hold for values: the first that does not is bad
-    input, named as typed, with example's values (the defaults) as valid ones where they are."""
-    def holds(rule, values):
-        try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
-            return eval(rule, dict(values))
-        except Exception:
-            return False
-    for rule in rules:
-        if not holds(rule, values):
-            keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
-            shown = {k: example[k] for k in keys if example[k] not in ('', None)}
-            valid = ' '.join(typed(k, v) for k, v in shown.items())
-            fits = valid and holds(rule, {**values, **shown})  # (no example that breaks it)
-            raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
-                             + (f", e.g. {valid}" if fits else ''))
-
-# the fields' valid values: train.py checks them too, naming the --keys
+# the fields' valid values: train.py checks them first, naming the --keys
 RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
@@ -289,10 +256,10 @@ class StopRule:
                  the weighted mean of its states; ponder: the cost N + R (N: steps run)."""
     def __init__(self, model, exit, segment, k, z, cache=None):
         if model.config.act and exit is not None:
-            raise InputError(f"exit={exit}: the ACT gate already chooses each token's depth")
+            raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
         kinds = ('maxprob', 'resid') + (('learned',) if model.exit_gate is not None else ())
         if exit is not None and exit[0] not in kinds:
-            raise InputError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
+            raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
                              "gate, ('learned', q)")
         self.kind, self.t = exit or ('act', 0.01)  # (ACT's t: its eps)
         self.model, self.segment, self.k, self.cache = model, segment, k, cache
@@ -423,11 +390,9 @@ class GPT(nn.Module):
         """Iterations per segment: the trained ones, or n_loops (one int for all, or a tuple)."""
         loops = self.config.loops if n_loops is None else n_loops
         loops = (loops,) * len(self.segments) if isinstance(loops, int) else tuple(loops)
-        n = len(self.segments)
-        if len(loops) != n or not all(type(k) is int and k > 0 for k in loops) or n_loops and not n:
-            why = (f"{n} tied segment{'s' * (n > 1)}: give one depth >= 1 for all, e.g. --n_loops=4"
-                   + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
-            raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}")
+        if len(loops) != len(self.segments) or not all(type(k) is int and k > 0 for k in loops) \
+                or n_loops and not self.segments:
+            raise ValueError(f"n_loops={n_loops!r}: the model has {len(self.segments)} segments")
         return loops
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None, lens=False):
@@ -463,7 +428,7 @@ class GPT(nn.Module):
     def embed(self, idx, start=0):
         """Token + position embeddings (positions from start: the tokens a KV cache holds), LN."""
         if start + idx.size(1) > self.config.block_size:
-            raise InputError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
+            raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
                              f"block_size {self.config.block_size}")
         pos = torch.arange(start, start + idx.size(1), device=idx.device)
         return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
@@ -568,98 +533,3 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         drop = probs.cumsum(-1) - probs >= top_p
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
-
-def autocast_dtype(device, dtype='', decode=False, trained=''):
-    """-> (dtype, its autocast context (reusable), a line saying which and why) for the --dtype key
-    on device; '' picks: the dtype the model was trained with (trained: sample.py and eval.py
-    compute as training did), else bfloat16 autocast on CUDA, and on a CPU with bf16 instructions
-    (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed) unless it is to decode (a token at a time,
-    autocast's casts cost more than its matmuls save), float32 on other CPUs (which emulate bf16,
-    slower than fp32). Under autocast the parameters, so the checkpoints, stay float32: only the
-    matmuls run in bf16."""
-    device_type = 'cuda' if 'cuda' in device else 'cpu'
-    why = f"--dtype={dtype}"
-    if not dtype and trained:
-        dtype, why = trained, "the dtype the model was trained with"
-    elif not dtype and device_type == 'cuda':
-        dtype, why = 'bfloat16', "the default on CUDA"
-    elif not dtype and decode:
-        dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
-    elif not dtype:
-        has = [name for name, test in (('AMX', torch.cpu._is_amx_tile_supported),
-                                       ('avx512_bf16', torch.cpu._is_avx512_bf16_supported))
-               if test()]
-        dtype = 'bfloat16' if has else 'float32'
-        why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
-    ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
-    return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
-
-def get_device(device=''):
-    """-> the --device to run on ('' = cuda if there is a GPU, else cpu); one that this machine
-    cannot use is bad input, named before anything is read or made."""
-    device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
-    try:
-        torch.empty(1, device=device)
-    except Exception:
-        why = 'no CUDA GPU here' if 'cuda' in device and not torch.cuda.is_available() else ''
-        raise InputError(f"--device={device} is {why or 'not usable on this machine'}: "
-                         "use --device=cpu")
-    return device
-
-def load_checkpoint(path, device='cpu', key='out_dir'):
-    """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,
-    never code (unpickling anything else could run it). key: the option that names its folder.
-    A checkpoint of another nanoloop version: the keys that differ are named."""
-    try:
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-        lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
-    except FileNotFoundError:  # the out_dir with a checkpoint whose name is closest, or the newest
-        found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
-        near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]  # a typo's, or newest
-        hint = f": train one first, or set --{key}"
-        if found:
-            hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}"
-        raise InputError(f"no checkpoint at {path}{hint}") from None
-    except NotADirectoryError:  # --out_dir=run/ckpt.pt: the checkpoint, not its folder
-        given = os.path.dirname(path)
-        raise InputError(f"--{key}={given} is a file: give the folder that holds ckpt.pt, e.g. "
-                         f"--{key}={os.path.dirname(given) or '.'}") from None
-    except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
-        why = "is truncated or not a nanoloop checkpoint"
-        if 'Unsupported global' in str(e):
-            why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
-        raise InputError(f"{path} {why}") from None
-    if lacking:  # what the scripts read besides the weights
-        raise InputError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
-    try:  # saved by another version of nanoloop? name the keys that differ (torch lists them)
-        model = GPT(GPTConfig(**ckpt['model_args']))
-        model.load_state_dict(ckpt['model'])
-    except (TypeError, ValueError, RuntimeError) as e:
-        why = ' '.join(str(e).split())
-        raise InputError(f"{path} does not fit this version of nanoloop ({why}): use the version "
-                         "that saved it, or train it again") from None
-    return model.to(device), ckpt
-
-def parse_exit(s, config=None):
-    """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate; with a model's config,
-    only an exit that model has (exits)."""
-    kind, _, t = s.partition(':')
-    try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
-        t = float(t) if kind in ('maxprob', 'resid', 'learned') else -1.0
-    except ValueError:
-        t = -1.0
-    if not t >= 0:
-        raise InputError(f"--exit_at={s}: write maxprob:T, resid:T or learned:T, T >= 0, "
-                         "e.g. --exit_at=maxprob:0.9")
-    has, lacks = exits(config) if config else ([kind], '')
-    if kind not in has:
-        fix = f"use --exit_at={has[0]}:{t:g}" if has else "drop --exit_at"
-        raise InputError(f"--exit_at={s}: the model has {lacks}; {fix}")
-    return kind, t
-
-def exits(c):
-    """-> the per-token exits a model has, and what it lacks for the others: none with ACT (its gate
-    picks each token's depth) or without a loop; 'learned' with an exit gate."""
-    if c.act or not c.loops:
-        return [], "an ACT gate that picks each token's depth" if c.act else "no tied loop"
-    return ['maxprob', 'resid'] + ['learned'] * c.exit_gate, "no exit gate (--exit_gate=True)"

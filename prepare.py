@@ -5,9 +5,9 @@ Other scripts import its tokenizers and readers.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=fineweb --shards=4
 $ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
-import csv, gzip, html, itertools, json, os, pathlib, random, re, shutil, zipfile
-from contextlib import contextmanager
+import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
 import numpy as np
+from guards import InputError, check_output, replaced
 
 dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare', 'fineweb', 'sft'
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, needs no vocabulary files)
@@ -32,22 +32,18 @@ SONNETS = 'danfriedman0/neural-sonnets/master/data/sonnets.txt'
 HF_HOST = 'huggingface.co'  # FineWeb, GPT-2 tokenized, in llm.c's shard format
 FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, number)
 
-def bad(message):  # -> InputError(message), bad input's error (model.py; imported here, not at
-    from model import InputError  # the top, so that importing prepare.py needs no torch)
-    return InputError(message)
-
 def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT decodes as GPT-2's
     if name == 'byte':  # '<|endoftext|>', so a document boundary shows
         eot = lambda i: b'<|endoftext|>' if i == 256 else bytes([i])
         decode = lambda ids: b''.join(map(eot, map(int, ids))).decode('utf-8', 'replace')
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
-        raise bad(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
+        raise InputError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
     import tiktoken  # imported here, so byte-level runs need no vocabulary files
     try:
         enc = tiktoken.get_encoding('gpt2')  # downloads the BPE files unless in TIKTOKEN_CACHE_DIR
     except (OSError, ValueError) as e:
-        raise bad(f"no gpt2 BPE files ({type(e).__name__}): export "
+        raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export "
                   "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
@@ -65,60 +61,6 @@ def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/t
 def split_folder(folder):  # the inverse: 'topics_byte' -> ('topics', 'byte')
     return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
 
-def data_error(path, why):  # -> the error: the file, what is wrong, the fix
-    root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
-    dataset, tokenizer = split_folder(name)
-    if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
-        return bad(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}} "
-                   f"(and *_byte), not {name}: check --dataset")
-    extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-    return bad(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
-               f"--tokenizer={tokenizer}{extra}")
-
-def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
-    path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(path):  # paths are relative to the working directory: name it
-        root = os.path.dirname(os.path.normpath(data_dir)) or '.'
-        where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
-                                                f"{os.getcwd()}: run from the one that holds it)")
-        raise data_error(path, 'not found' + where)
-    try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
-        meta = json.loads(pathlib.Path(path).read_bytes())
-        meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
-                'row': meta.get('row', 0)}
-    except (ValueError, TypeError, KeyError) as e:
-        why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
-        raise data_error(path, why) from None
-    if not all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row')):
-        raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
-                               f"{meta['row']!r}: each must be a whole number")
-    return meta
-
-def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
-    meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
-    try:  # numpy refuses a missing or empty file, and one that is not a whole number of tokens
-        tokens = np.memmap(path, meta['dtype'], 'r')
-    except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
-        raise data_error(path, f"is unusable ({e})") from None
-    if meta['row'] and len(tokens) % meta['row']:  # SFT: whole rows, as meta.json says
-        raise data_error(path, f"holds {len(tokens):,} tokens: not whole rows of {meta['row']}")
-    if (top := tokens.max()) >= meta['vocab_size']:  # it would index past the embedding
-        raise data_error(path, f"holds token id {top} >= vocab_size {meta['vocab_size']}")
-    return tokens
-
-def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
-    if not os.path.isfile(path):
-        raise data_error(path, 'not found')
-    with open(path, 'rb') as f:  # bytes: a line that is not UTF-8 is malformed too
-        rows = [doc_or_none(line) for line in f if line.strip()]
-    return [d for d in rows if d], rows.count(None)
-def doc_or_none(line):  # not UTF-8, not JSON (ValueError), not {"topic": str, "text": str}: None
-    try:
-        d = json.loads(line)
-        return d if isinstance(d['topic'], str) and isinstance(d['text'], str) else None
-    except (ValueError, KeyError, TypeError):
-        return None
-
 def sft_targets(rows, eot, pad=True):
     """The targets of SFT rows (B, T + 1): prompt, EOT, answer, EOT, EOT padding. The prompt is
     context only: its targets (and the first EOT) are -1, ignored by the loss; the answer's and its
@@ -128,59 +70,12 @@ def sft_targets(rows, eot, pad=True):
     ignored = (before == 0) | ((before >= 2) & (not pad))
     return rows[:, 1:].masked_fill(ignored, -1)
 
-@contextmanager
-def replaced(path):
-    """-> a new folder beside path to build in; once complete it takes path's place whole. After an
-    error or Ctrl-C it goes, and path stays as it was (never half old, half new)."""
-    new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
-    os.makedirs(new, exist_ok=True)
-    try:
-        yield new
-        if os.path.exists(path):
-            os.rename(path, old)
-        os.rename(new, path)
-    finally:  # (stopped between the two renames: the old folder goes back)
-        if os.path.exists(old) and not os.path.exists(path):
-            os.rename(old, path)
-        shutil.rmtree(new, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
-
-def check_output(path, key):
-    """Before the work starts: can the file path be written, as a shell user means it? (Missing
-    folders the caller makes.)"""
-    where = os.path.abspath(path)
-    while not os.path.exists(where):  # the first part of it that exists
-        if os.path.islink(where):
-            raise bad(f"cannot write {path}: {where} is a link to {os.readlink(where)}, "
-                      f"which does not exist: make it, or give another --{key}")
-        where = os.path.dirname(where)
-    folder = where if where != os.path.abspath(path) else os.path.dirname(where)
-    if os.path.isdir(path):
-        why = f"{path} is a folder"
-    elif not os.path.isdir(folder):
-        why = f"{folder} is a file"
-    elif not (os.access(folder, os.W_OK) and os.access(where, os.W_OK)):
-        why = f"{where} is read-only"
-    else:
-        return
-    raise bad(f"cannot write {path}: {why}: give another --{key}")
-
-def folders(value, once=True):
-    """--out_dir='a,b' -> ['a', 'b']; none empty, each once. A folder whose own name has a comma
-    (--out_dir=run-lr3e-3,bs16) is one folder: a name is never split where the user did not."""
-    if os.path.isdir(value):
-        return [value]
-    if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
-        why = 'an empty name' if '' in names else 'a folder named twice'
-        raise bad(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
-    return names
-
 def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
     local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)  # same layout
     if os.path.isfile(local):  # a rerun reuses what an earlier run downloaded
         return local
     if mirror:
-        raise bad(f"{local} not found: --mirror must be laid out as <host>/<path>")
+        raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
     import requests  # imported here: importing prepare.py stays quick
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path  # tests: local servers
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
@@ -196,7 +91,7 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
         print()
         os.replace(tmp, local)
     except OSError as e:  # requests' errors too; -> one line, which the excepthook prints
-        raise bad(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
+        raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
                   "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
     finally:  # after an error or Ctrl-C, no leftovers
         pathlib.Path(tmp).unlink(missing_ok=True)
@@ -290,7 +185,7 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
                   (held, [encode(d) + [eot] for d in kept]))
     n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
-        raise bad(f"only {len(docs)} documents left for train and val; lower --eval_docs"
+        raise InputError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
                   + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
@@ -307,7 +202,7 @@ def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, 
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
     if tokenizer != 'gpt2':
-        raise bad("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
+        raise InputError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
     held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]
@@ -315,13 +210,13 @@ def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 
 def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), then the tokens
     header, size = np.fromfile(path, dtype='<i4', count=256), os.path.getsize(path)
     if len(header) < 256 or list(header[:2]) != [20240520, 1] or size != 1024 + 2 * int(header[2]):
-        raise bad(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
+        raise InputError(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
                   f"magic 20240520, version 1, token count), file size {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
 def main():
     if dataset not in DATASETS and dataset != 'fineweb':
-        raise bad(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
+        raise InputError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
     for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (built beside it)
         check_output(path, 'data_root')
@@ -329,10 +224,10 @@ def main():
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
         size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
         if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
-            raise bad(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
+            raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
                       f"it is kept; check the settings, or remove {out_dir} to replace it")
         if not held:  # eval.py needs held-out documents
-            raise bad(f"no held-out documents left for {out_dir}/eval.jsonl" +
+            raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
                       (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows

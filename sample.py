@@ -7,8 +7,8 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft --max_new_tokens=100
 """
 import os, sys, time
 import torch
-from model import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
-from prepare import folders, get_tokenizer, pieces
+from prepare import get_tokenizer, pieces
+import guards
 
 out_dir = 'out'  # or several: out-a,out-b
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file
@@ -31,16 +31,9 @@ _valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k 
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 
-device = get_device(device)
+device = guards.get_device(device)
 if start.startswith('FILE:'):
-    path = start[5:]
-    if not os.path.isfile(path):
-        what = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
-        raise InputError(f"prompt file {path} {what} (--start=FILE:path reads path)")
-    try:
-        start = open(path, encoding='utf-8').read()
-    except UnicodeDecodeError as e:
-        raise InputError(f"prompt file {path} is not UTF-8 text ({e}): save it as UTF-8") from None
+    start = guards.read_text_file(start[5:], 'prompt file', ' (--start=FILE:path reads path)')
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
 def paint(text, depth, max_depth):
@@ -49,14 +42,14 @@ def paint(text, depth, max_depth):
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
 def load(out_dir):  # a model and what sampling it needs: each option checked for this model
-    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    max_depth = sum(model.depths(n_loops))  # (n_loops: one depth for all segments, or one each)
-    exit = parse_exit(exit_at, model.config) if exit_at else None
+    model, ckpt = guards.load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
+    max_depth = sum(guards.check_n_loops(model, n_loops))  # (one depth for all, or one each)
+    exit = guards.parse_exit(exit_at, model.config) if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
     if not (ids := encode(start)):
-        raise InputError("the prompt is empty: give some text, e.g. --start='\\n' "
+        raise guards.InputError("the prompt is empty: give some text, e.g. --start='\\n' "
                          "or --start=FILE:prompt.txt")
-    _, ctx, precision = autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
+    _, ctx, precision = guards.autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
     return model.eval(), max_depth, exit, ctx, precision, ids, decode
 
 def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples, after the prompt
@@ -92,7 +85,7 @@ def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples,
             print(decode(x[0].tolist()) + body)
             print('---------------')
 
-names = folders(out_dir, once=False)  # several models, each under its name (one twice: ok)
+names = guards.folders(out_dir, once=False)  # several models, each under its name (one twice: ok)
 models = [load(name) for name in names]  # all checked before the first sample
 for name, loaded in zip(names, models):
     if len(names) > 1:

@@ -7,22 +7,17 @@ Resume an interrupted run: add --init_from=resume. Fine-tune a trained run on SF
 $ python train.py config/cpu_sft.py  (init_from=<its out_dir>: weights only, from iter 0)
 """
 import os
-import sys
 import math
 import time
-import fcntl
-import atexit
-import shlex
-import signal
-from contextlib import suppress
 from dataclasses import asdict, fields
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import (GPTConfig, GPT, RULES, InputError, autocast_dtype, check_rules, get_device,
-                   load_checkpoint, typed)
-from prepare import check_output, load_meta, load_tokens, sft_targets
+from model import GPTConfig, GPT, RULES
+from prepare import sft_targets
+import guards
+from guards import autocast_dtype, load_meta, load_tokens
 
 # -----------------------------------------------------------------------------
 # default config: the paper's 7M single-depth sandwich (v3) on the topics data
@@ -90,81 +85,30 @@ config_keys = [k for k, v in globals().items()
 defaults = {k: globals()[k] for k in config_keys}
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
-# The run's settings, built in one place. A new run: this command line's. A resumed run: its own,
-# as its checkpoint saved them (dtype included), but for the keys this command line gives, which
-# must not change its model, block_size or dataset, and the keys of this invocation (RUN_ONLY).
-# Fine-tuning (init_from=<an out_dir>): this command line's, with the trained model's architecture.
-RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
-typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
-given = {k for k in config_keys if globals()[k] != defaults[k]} | typed_keys
-settings = {k: globals()[k] for k in config_keys}
-ckpt_path = os.path.join(out_dir, 'ckpt.pt')
-check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
-def resume_command():  # this very command, resuming: it runs as typed
-    args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
-    return shlex.join(['python', *args, '--init_from=resume'])
-iter_num, best_val_loss, ckpt = 0, float('inf'), None
-if init_from == 'resume':
-    model, ckpt = load_checkpoint(ckpt_path)
-    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
-    run = {k: v for k, v in ckpt['config'].items() if k in config_keys and k not in RUN_ONLY}
-    print(f"resuming from {ckpt_path} at iter {iter_num}")
-elif init_from not in ('scratch', ''):  # fine-tuning: weights and architecture ('': below)
-    model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from')
-    run = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
-    print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
-if ckpt:  # given keys of the model and its data must agree with it
-    doing, where = ('resuming', out_dir) if init_from == 'resume' else ('fine-tuning', init_from)
-    for key in sorted(given & set(run) & {*asdict(model.config), 'dataset'}):
-        if settings[key] != run[key]:
-            raise InputError(f"{typed(key, settings[key])}: the run in {where} has "
-                             f"{typed(key, run[key])}, which {doing} cannot change: drop --{key}, "
-                             "or train a new --out_dir")
-    settings = {**settings, **run, **{k: settings[k] for k in given}}
-check_rules(RULES + TRAIN_RULES, settings, defaults)
+# the run's settings: this command line's; resuming, the ones its checkpoint saved but for the
+# keys given here; fine-tuning (init_from=<out_dir>), the trained model's architecture
+settings, model, ckpt = guards.run_settings({k: globals()[k] for k in config_keys}, defaults,
+                                            RULES + TRAIN_RULES)
 globals().update(settings)
-world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
-if gradient_accumulation_steps % world:
-    raise InputError(f"--gradient_accumulation_steps={gradient_accumulation_steps} counts the "
-                     f"micro steps of all {world} processes: give a multiple of {world}, e.g. "
-                     f"--gradient_accumulation_steps={world}")
-device = get_device(device)
-# the data, checked against the run: its tokenizer, and rows of block_size + 1 tokens
+ckpt_path = os.path.join(out_dir, 'ckpt.pt')
+resuming = init_from == 'resume'
+iter_num, best_val_loss = (ckpt['iter_num'], ckpt['best_val_loss']) if resuming else (0, float('inf'))
+if ckpt:
+    print(f"resuming from {ckpt_path} at iter {iter_num}" if resuming else
+          f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
+guards.check_train_data(settings, meta, data_dir, train_data, val_data)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
-    if 'block_size' in given and block_size + 1 != meta['row']:
-        raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of {meta['row']} "
-                         f"tokens, so block_size is {meta['row'] - 1}: drop --block_size, or "
-                         f"prepare rows of {block_size + 1}: prepare.py --dataset=sft "
-                         f"--tokenizer={meta['tokenizer']} --block_size={block_size + 1}")
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
-for name, data in (('train', train_data), ('val', val_data)):
-    if data.ndim == 1 and len(data) <= block_size + 1:
-        raise InputError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block of "
-                         f"{block_size + 1}: lower --block_size or prepare more data")
-if batch_size * block_size > train_data.size:  # (a typo, most likely: it would fill the memory)
-    raise InputError(f"--batch_size={batch_size}: a batch of {batch_size * block_size:,} tokens is "
-                     f"more than {data_dir}/train.bin holds ({train_data.size:,}): lower it")
-if init_from != 'resume' and os.path.exists(ckpt_path) and not overwrite:  # never replace a run
-    raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
-                     "or start over on purpose with --overwrite=True (or another --out_dir)")
 if init_from == 'scratch':
     torch.manual_seed(seed)  # the initial weights
     model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
     model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size']))
-elif (ckpt['meta']['tokenizer'], model.config.vocab_size) != (meta['tokenizer'],
-                                                             meta['vocab_size']):
-    raise InputError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
-                     f"{meta['vocab_size']}, but the run trained on --dataset="
-                     f"{ckpt['config']['dataset']} ({ckpt['meta']['tokenizer']}, vocab_size "
-                     f"{model.config.vocab_size}): prepare the data with the run's tokenizer")
-elif block_size > model.config.block_size:
-    raise InputError(f"block_size={block_size} is larger than the model's "
-                     f"{model.config.block_size}: lower it (SFT data: prepare rows of at most "
-                     f"{model.config.block_size + 1} tokens)")
+else:
+    guards.check_start(model, ckpt, meta, data_dir, block_size)
 gptconf = model.config
 # -----------------------------------------------------------------------------
 
@@ -176,6 +120,7 @@ if ddp:
     if 'cuda' in device:
         device = f'cuda:{os.environ["LOCAL_RANK"]}'
         torch.cuda.set_device(device)
+world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
 micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
@@ -184,20 +129,8 @@ torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block_size
 
-def unlock(made):  # when the run ends: its lock file goes, and an out_dir it made but left empty
-    os.remove(os.path.join(out_dir, 'train.lock'))
-    if made and not os.listdir(out_dir):
-        os.rmdir(out_dir)
-if master:  # one run at a time in out_dir: a lock that the system drops when a run dies
-    made = not os.path.isdir(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    lock = open(os.path.join(out_dir, 'train.lock'), 'w')
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise InputError(f"another training run is writing to {out_dir}: wait for it to finish, "
-                         "or pick another --out_dir") from None
-    atexit.register(unlock, made)
+if master:  # one run at a time in out_dir
+    lock = guards.lock(out_dir)
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':
@@ -291,20 +224,7 @@ def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
                 config={k: globals()[k] for k in config_keys}, meta=meta)
-    try:  # write, then rename: a crash never leaves half a ckpt.pt
-        with open(ckpt_path + '.tmp', 'wb') as f:  # (a file of ours: a full disk raises OSError)
-            torch.save(ckpt, f)
-        os.replace(ckpt_path + '.tmp', ckpt_path)
-    except OSError as e:  # a full or read-only disk: one line, and ckpt.pt stays whole
-        raise InputError(f"cannot save {ckpt_path} at iter {iter_num}: {e.strerror}; it is left "
-                         "as it was: free some space, or use another --out_dir") from None
-    except RuntimeError:  # torch.save's writer fails when a second signal stops it mid-write
-        if len(stop) < 2:
-            raise
-        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint") from None
-    finally:  # after an error or a second Ctrl-C, no partial file is left to fill the disk
-        with suppress(FileNotFoundError):
-            os.remove(ckpt_path + '.tmp')
+    guards.save(ckpt, ckpt_path, iter_num, stop)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
 def log_line(lossf, info, lr, dt):
@@ -334,37 +254,8 @@ if eval_only:
     if master:
         estimate_loss()
     raise SystemExit
-if iter_num >= max_iters:
-    at = f"{ckpt_path} is at iter {iter_num} and " if init_from == 'resume' else ''
-    raise InputError(f"nothing to train: {at}max_iters is {max_iters}; raise --max_iters")
-# -----------------------------------------------------------------------------
-# stopping, all of it: Ctrl-C, SIGTERM and SIGHUP (the terminal closed; not under nohup) only ask
-# to stop; the loop then finishes its step, saves, and exits as a shell reports the signal
-stop = []  # the signals received
-
-def request_stop(signum, frame):
-    """Say how to resume, now: after SIGHUP the terminal is gone, and what the run prints from
-    here on goes nowhere. A second signal stops at once (ckpt.pt stays whole: save_checkpoint)."""
-    stop.append(signum)
-    if len(stop) > 1:
-        raise SystemExit(f"stopped at once; {ckpt_path} holds the last saved checkpoint")
-    with suppress(OSError):  # (a closed terminal cannot be written to: the run saves all the same)
-        if master:
-            print(f"\nstopping: finishing this step, then saving {ckpt_path}; resume with  "
-                  f"{resume_command()}  (again: stop at once)", flush=True)
-    if signum == signal.SIGHUP:
-        sys.stdout = sys.stderr = open(os.devnull, 'w')
-for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    if signal.getsignal(signum) != signal.SIG_IGN or signum != signal.SIGHUP:  # (nohup: go on)
-        signal.signal(signum, request_stop)
-
-def stopping():
-    """Was any process asked to stop? All must agree, or the others would wait forever in the next
-    step's all-reduce."""
-    asked = torch.tensor(float(len(stop)), device=device)
-    if ddp:
-        dist.all_reduce(asked)
-    return asked.item() > 0
+guards.check_todo(settings, iter_num)
+stop = guards.Stop(ckpt_path, master)  # Ctrl-C: finish the step, save, exit
 # -----------------------------------------------------------------------------
 if master:
     print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
@@ -399,10 +290,7 @@ while iter_num < max_iters:
     if gate_sham and iter_num < SHAM_STEPS:
         sham_step(rows_of_step)
     lossf = loss_sum.item()
-    if not math.isfinite(lossf):
-        raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
-                         f"alphas {raw_model.alphas()}. Lower --learning_rate or --alpha_init; "
-                         f"{ckpt_path} was not overwritten.")
+    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
     if grad_clip != 0.0:  # the gates and the probe on their own norm, so that their early
         # gradient (norm ~9 for the exit gate) does not scale down the language model's whole step
         for group in clip_groups:
@@ -414,10 +302,10 @@ while iter_num < max_iters:
         steps = log_interval if iter_num > 1 else 1
         dt, t0 = (time.time() - t0) / steps, time.time()
         print(log_line(lossf, info, lr, dt))
-    if stopping():
+    if stop.asked(ddp, device):
         if master:
             save_checkpoint()
-            print(f"interrupted after iter {iter_num}: resume with  {resume_command()}")
+            print(f"interrupted after iter {iter_num}: resume with  {guards.resume_command()}")
         break
     if master and (iter_num % eval_interval == 0 or iter_num == max_iters):
         losses = estimate_loss()
@@ -430,5 +318,4 @@ while iter_num < max_iters:
 if ddp:
     dist.barrier()  # the other ranks wait for rank 0's last eval and save, then all end together
     dist.destroy_process_group()
-if stop:  # a signal: exit as a shell reports it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), so that
-    sys.exit(128 + stop[0])  # `a && b` stops here
+stop.exit()  # a signal: exit as a shell reports it, so that `a && b` stops here

@@ -15,7 +15,8 @@ import torch
 
 import prepare
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
-from model import GPT, GPTConfig, InputError, load_checkpoint
+from model import GPT, GPTConfig
+from guards import InputError, load_checkpoint
 
 ROW = 33  # the SFT rows of data/sft_byte: block_size 32
 

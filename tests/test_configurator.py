@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import eval as ev
-from model import GPTConfig, InputError, parse_exit
+from model import GPTConfig
+from guards import InputError, parse_exit
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, RULES, ExitGate, KVCache, Run, StopRule, autocast_dtype, load_checkpoint, residual
+from model import GPT, GPTConfig, RULES, ExitGate, KVCache, Run, StopRule, residual
+from guards import autocast_dtype, load_checkpoint
 
 V = 50  # vocab size of every test model
 

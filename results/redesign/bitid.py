@@ -1,0 +1,61 @@
+"""Issue 38's guard: the redesign changes how the code reads, never what it computes. Trains 12
+steps of each model below in two checkouts (A: before, B: after) on the same data and seed,
+then compares the weights (max abs difference: must be 0.0), and for each trained model
+eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be byte-identical).
+$ python results/redesign/bitid.py A B   (two checkouts; data from A/data: prepare it there)
+Writes results/redesign/bitid.md (of the checkout it runs from)."""
+import os, sys, json, shutil, subprocess, tempfile
+import torch
+
+CONFIGS = ['smoke', 'cpu_single', 'cpu_multi', 'cpu_phantom', 'cpu_sandwich3', 'cpu_plain',
+           'cpu_act', 'cpu_exit', 'cpu_sft']  # cpu_sft fine-tunes cpu_single's 12 steps
+STEPS = ['--max_iters=12', '--lr_decay_iters=12', '--warmup_iters=4', '--eval_interval=12', '--eval_iters=2',
+         '--log_interval=4']
+A, B = (os.path.abspath(p) for p in sys.argv[1:3])
+ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
+
+def sh(tree, work, *args):
+    r = subprocess.run([sys.executable, os.path.join(tree, args[0]), *args[1:]], cwd=work,
+                       env=ENV, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"{tree}: {' '.join(args)} failed:\n{r.stderr[-2000:]}")
+    return r.stdout
+
+def runs(tree, work):
+    """-> {config: (weights, eval.json text, sample stdout)}, every run in work/out-<config>."""
+    os.symlink(os.path.join(A, 'data'), os.path.join(work, 'data'))
+    out = {}
+    for name in CONFIGS:
+        args = [os.path.join(tree, 'config', f'{name}.py'), *STEPS, f'--out_dir=out-{name}']
+        if name == 'cpu_sft':
+            args.append('--init_from=out-cpu_single')
+        sh(tree, work, 'train.py', *args)
+        ckpt = torch.load(os.path.join(work, f'out-{name}', 'ckpt.pt'), weights_only=True)
+        sh(tree, work, 'eval.py', f'--out_dir=out-{name}', '--eval_iters=2', '--max_docs=4')
+        with open(os.path.join(work, f'out-{name}', 'eval.json')) as f:
+            report = f.read()
+        text = sh(tree, work, 'sample.py', f'--out_dir=out-{name}', '--num_samples=2',
+                  '--max_new_tokens=40', '--show_depth=True')
+        out[name] = ckpt['model'], report, text
+    return out
+
+with tempfile.TemporaryDirectory() as wa, tempfile.TemporaryDirectory() as wb:
+    before, after = runs(A, wa), runs(B, wb)
+rows = ['| config | max abs weight difference | eval.json | sample.py stdout |',
+        '| --- | --- | --- | --- |']
+for name in CONFIGS:
+    (wa, ea, sa), (wb, eb, sb) = before[name], after[name]
+    same_keys = set(wa) == set(wb)
+    diff = max((wa[k] - wb[k]).abs().max().item() for k in wa) if same_keys else float('nan')
+    rows.append(f"| {name} | {diff if same_keys else 'other tensors: ' + str(set(wa) ^ set(wb))}"
+                f" | {'identical' if ea == eb else 'DIFFERS'} | "
+                f"{'identical' if sa == sb else 'DIFFERS'} |")
+here = os.path.dirname(os.path.abspath(__file__))
+commit = lambda t: subprocess.run(['git', '-C', t, 'rev-parse', '--short', 'HEAD'],
+                                  capture_output=True, text=True).stdout.strip()
+text = (f"# Bit-identical across the redesign\n\n`python results/redesign/bitid.py A B`, A at "
+        f"{commit(A)}, B at {commit(B)} (B's working tree as it was): 12 steps of each config, "
+        "seed 1337, one thread.\n\n" + '\n'.join(rows) + '\n')
+with open(os.path.join(here, 'bitid.md'), 'w') as f:
+    f.write(text)
+print(text)
