@@ -7,8 +7,8 @@ $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
-$ python frontier.py --results=results/depth --jobs=2 \
-      --models=exit-10,probe,embed,inject,warmup,exit-10-warmup,multi,single
+$ python frontier.py --results=results/gate --jobs=2 \
+      --models=multi,single,exit-10,warmup,exit-10-warmup,exit-10-detach,exit-10-late,exit-10-early
 A finished run is never trained again (one that stopped early is resumed: never measured
 half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
 campaign finished trains nothing and writes the same tables from those files.
@@ -53,9 +53,6 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
     'exit-10': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10'], None),  # a control: beta so
     # large that p stays uniform, multi-depth supervision with the gate's gradient into the states
-    # what makes exit-10 train better (results/depth): multi-depth supervision plus a depth signal
-    **{signal: (['config/cpu_multi.py', *SCHEDULE, f'--depth_signal={signal}'], None)
-       for signal in ('probe', 'embed', 'inject')},
     # a control: the gate's early gradient shrinks the LM's clipped step, like a longer warmup
     'warmup': (['config/cpu_multi.py', *SCHEDULE, '--warmup_iters=300'], None),
     'exit-10-warmup': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10', '--warmup_iters=300'],
@@ -155,16 +152,26 @@ def train(name, seed):
 
 MARGIN = 0.01  # stage II: the gate learns 'go on' where the next depth gains more (nats)
 
+class StageTwoGate(ExitGate):
+    """Ouro's stage II (the language model frozen): the exit gate's loss is the binary cross-entropy
+    of each lambda_t against 'stop here', true where the next supervised depth gains less than
+    MARGIN, in place of stage I's expected NLL (ExitGate.loss)."""
+    def loss(self, states, nlls, mask):
+        lam = torch.stack([self.lam(z.detach()) for z in states])
+        stop = (nlls[:-1] - nlls[1:] < MARGIN).float()
+        per_token = F.binary_cross_entropy(lam, stop, reduction='none').sum(0)
+        return (per_token * mask).sum() / mask.sum()
+
 def stage_two(name, seed):
     """Ouro's stage II on the stage-I run of the same seed: the language model frozen, the exit
-    gate alone trained (ExitGate.loss with a margin) on train.bin, then saved as a run of its own.
+    gate alone trained (StageTwoGate.loss) on train.bin, then saved as a run of its own.
     Done in one go: a run that stopped before its checkpoint is simply started again."""
     out_dir = run_dir(name, seed)
     if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
         return
     model, ckpt = load_checkpoint(os.path.join(run_dir(MODELS[name][1], seed), 'ckpt.pt'), device)
     model.requires_grad_(False)  # the language model frozen; a new gate trains against MARGIN
-    model.exit_gate = ExitGate(model.config, margin=MARGIN).to(device)
+    model.exit_gate = StageTwoGate(model.config).to(device)
     model.load_state_dict(ckpt['model'])  # (starting from the stage-I gate)
     optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
     data, T = load_tokens(TOPICS, 'train'), model.config.block_size

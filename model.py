@@ -1,7 +1,7 @@
 """
 A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), StopRule (how
+Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), Exit and ACT (how
 a segment decides each token's depth: exits, ACT), GPT.objective, then KVCache and generate.
 """
 import math
@@ -29,7 +29,6 @@ class GPTConfig:
     halt_penalty: float = 0.01
     exit_gate: bool = False     # a learned exit distribution over the supervised depths (Ouro)
     exit_beta: float = 0.05     # its entropy bonus: keeps the distribution from collapsing
-    depth_signal: str = ''      # how the tied block learns its depth: 'probe', 'embed', 'inject'
     dropout: float = 0.0
     bias: bool = False
 
@@ -45,49 +44,7 @@ RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < al
          'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
          'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
          'not (act and phantom)', 'not (act and supervise)', 'exit_beta >= 0',
-         'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)',
-         "depth_signal in ('', 'probe', 'embed', 'inject')",
-         "depth_signal != 'probe' or any(d < sum(loops) for d in supervise)"]
-
-class KVCache:
-    """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
-    new token costs no torch.cat). Every block APPLICATION has a slot of its own, so a tied block
-    run k times has k; a slot is named by where its block runs:
-        ('prelude', j)              prelude block j
-        (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
-        ('coda', j)                 coda block j, in the model's own readout
-        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration
-    """
-    def __init__(self, block_size):
-        self.block_size = block_size
-        self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
-        self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
-
-    def update(self, slot, k, v):
-        if slot not in self.kv:
-            shape = (*k.shape[:2], self.block_size, k.size(3))
-            self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
-        keys, values = self.kv[slot]
-        end = self.pos + k.size(2)
-        keys[:, :, self.pos:end] = k
-        values[:, :, self.pos:end] = v
-        return keys[:, :, :end], values[:, :, :end]
-
-    def skip(self, segment, i, k, T):
-        """A chunk of T tokens that all stopped (exit or ACT) after i iterations skips iterations
-        i..k-1: it computes nothing there, and a later token attending at a skipped iteration reads
-        what this chunk had at iteration i - 1, its last one. So each slot of iteration i - 1 (the
-        block's (segment, i - 1), and its exit check's (segment, i - 1, 'coda', j)) is copied to the
-        same slot of every skipped iteration."""
-        now = slice(self.pos, self.pos + T)
-        last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
-        for slot in last_run:
-            for j in range(i, k):
-                skipped = (segment, j) + slot[2:]
-                if skipped not in self.kv:
-                    self.kv[skipped] = tuple(torch.empty_like(t) for t in self.kv[slot])
-                for last, copy in zip(self.kv[slot], self.kv[skipped]):  # keys, then values
-                    copy[:, :, now] = last[:, :, now]
+         'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)']
 
 class Attention(nn.Module):
     def __init__(self, c):
@@ -145,7 +102,7 @@ class Run(NamedTuple):
 
 class Loop(nn.Module):
     """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z).
-    forward runs it: every token k steps, or fewer per token where a StopRule says so."""
+    forward runs it: every token k steps, or fewer per token where an Exit or ACT says so."""
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -158,24 +115,16 @@ class Loop(nn.Module):
             # (a gate starting at h = 0.5 halts all after 2 steps: it never sees depth pay)
             self.gate = zero_linear(c.n_embd, 1)
             nn.init.constant_(self.gate.bias, -3.0)
-        if c.depth_signal == 'embed':  # a learned vector per iteration, added to the block's input
-            self.embed = nn.Parameter(torch.zeros(max(c.loops), c.n_embd))
 
     def alpha(self):
         return torch.sigmoid(self.alpha_logit)
 
-    def step(self, z, i, e, cache=None, segment=0):
-        """Iteration i: z <- z + alpha * (block(x) - x), the block's update from its input x = z;
-        with depth_signal, x = z + the iteration's embedding, or + the segment's input e."""
-        x = z
-        if self.c.depth_signal == 'embed':
-            x = z + self.embed[min(i, len(self.embed) - 1)]  # deeper than trained: the last one
-        elif self.c.depth_signal == 'inject':  # Huginn's input injection, as a sum
-            x = z + e
-        return z + self.alpha() * (self.block(x, cache, (segment, i)) - x)
+    def step(self, z, i, cache=None, segment=0):
+        """Iteration i: z <- z + alpha * (block(z) - z), a damped step of the block's update."""
+        return z + self.alpha() * (self.block(z, cache, (segment, i)) - z)
 
     def forward(self, z, k, rule=None, cache=None, segment=0):
-        """-> (the segment's output, Run). rule: None (every token runs k steps) or a StopRule,
+        """-> (the segment's output, Run). rule: None (every token runs k steps), an Exit or ACT,
         which decides after each step which tokens stop. A single token being decoded needs no
         masks. Evaluating (not self.training), the loop also measures its probes."""
         if rule is None:
@@ -192,7 +141,7 @@ class Loop(nn.Module):
         z_in, z_prev, states = z, z, []
         for i in range(k):
             with torch.set_grad_enabled(torch.is_grad_enabled() and i >= n_free):
-                z_prev, z = z, self.step(z, i, z_in, cache, segment)
+                z_prev, z = z, self.step(z, i, cache, segment)
             if i < n_free:  # its Jacobian counts as the identity: a straight-through path from
                 # the segment's input, so the prelude still gets a gradient (naive phantom: none)
                 z = z_in + (z - z_in).detach()
@@ -206,7 +155,7 @@ class Loop(nn.Module):
     def per_token(self, z, k, rule, cache=None, segment=0):
         """Per-token depth, the frozen-state protocol: a stopped token's state is frozen; the
         others still attend to it."""
-        e, running = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
+        running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid = torch.zeros(z.shape[:2], device=z.device)
         moved, states = torch.zeros_like(resid), []
@@ -217,7 +166,7 @@ class Loop(nn.Module):
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
                 break
-            z_new = self.step(z, i, e, cache, segment)
+            z_new = self.step(z, i, cache, segment)
             step, r = residual(z_new, z)
             moved = torch.where(running, step, moved)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
@@ -231,9 +180,9 @@ class Loop(nn.Module):
         """Per-token depth for one new token in cached decoding: no other token is frozen or
         masked, so the loop just ends where the rule says, and the cache marks the iterations it
         skipped. The same rules and result as per_token, without its bookkeeping."""
-        e, running, states = z, torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), []
+        running, states = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), []
         for i in range(k):
-            z_prev, z = z, self.step(z, i, e, cache, segment)
+            z_prev, z = z, self.step(z, i, cache, segment)
             moved, resid = residual(z, z_prev)
             states.append(z)
             if rule(i, z, resid, running):
@@ -241,32 +190,24 @@ class Loop(nn.Module):
         cache.skip(segment, i + 1, k, 1)
         return rule.output(z), Run(i + 1, rule.ponder, resid, moved, states)
 
-class StopRule:
-    """How one run of a tied segment decides each token's depth (without a rule, k steps each).
-    After step i, rule(i, z, resid, running) -> (B, T) bool, True where a token stops now (its state
-    is frozen from then on); z: the states, resid: their relative residuals, running: the tokens
-    not stopped before. The segment's output is rule.output(z), z after the loop. A model with
-    the ACT gate gets its rule (exit None), another the post-hoc exit (kind, t):
-      'maxprob'  a post-hoc exit: stop once the readout's top probability reaches t
-      'resid'    a post-hoc exit: stop once the relative residual is below t
-      'learned'  stop once the exit distribution's cumulative probability reaches t (ExitGate)
-      'act'      Graves' ACT: after each step the segment's gate gives each running token a halting
-                 probability h; it halts once their sum reaches 1 - t (or at step k) and weighs
-                 that step with the remainder R = 1 - (the sum before). The segment's output is
-                 the weighted mean of its states; ponder: the cost N + R (N: steps run)."""
-    def __init__(self, model, exit, segment, k, z, cache=None):
-        if model.config.act and exit is not None:
-            raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
+class Exit:
+    """A post-hoc exit: how one run of a tied segment decides each token's depth (without one, k
+    steps each). After step i, exit(i, z, resid, running) -> (B, T) bool, True where a token stops
+    now (its state is frozen from then on); z: the states, resid: their relative residuals,
+    running: the tokens not stopped before. kind, t:
+      'maxprob'  stop once the readout's top probability reaches t
+      'resid'    stop once the relative residual is below t
+      'learned'  stop once the exit distribution's cumulative probability reaches t (ExitGate)"""
+    ponder = None
+
+    def __init__(self, model, exit, segment, z, cache=None):
         kinds = ('maxprob', 'resid') + (('learned',) if model.exit_gate is not None else ())
-        if exit is not None and exit[0] not in kinds:
+        if exit[0] not in kinds:
             raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
                              "gate, ('learned', q)")
-        self.kind, self.t = exit or ('act', 0.01)  # (ACT's t: its eps)
-        self.model, self.segment, self.k, self.cache = model, segment, k, cache
+        self.kind, self.t = exit
+        self.model, self.segment, self.cache = model, segment, cache
         self.survive = torch.ones(z.shape[:2], device=z.device)  # learned: the chance to run on
-        self.cum = torch.zeros(z.shape[:2], device=z.device)  # act: the sum of h so far
-        self.mean = torch.zeros_like(z) if self.kind == 'act' else None  # act: the weighted mean
-        self.ponder = torch.zeros(z.shape[:2], device=z.device) if self.kind == 'act' else None
 
     def __call__(self, i, z, resid, running):
         if self.kind == 'resid':
@@ -274,13 +215,29 @@ class StopRule:
         if self.kind == 'maxprob':  # this readout has cache slots of its own (see KVCache)
             probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
             return probs.amax(-1) >= self.t
-        if self.kind == 'learned':
-            if i + 1 not in self.model.config.supervise:  # no gate between gated depths
-                return torch.zeros_like(running)
-            self.survive = self.survive * (1 - self.model.exit_gate.lam(z))
-            return 1 - self.survive >= self.t
-        h = torch.sigmoid(self.model.segments[self.segment].gate(z).float()).squeeze(-1)
-        halt = running & ((self.cum + h >= 1 - self.t) | (i == self.k - 1))
+        if i + 1 not in self.model.config.supervise:  # 'learned': no gate between gated depths
+            return torch.zeros_like(running)
+        self.survive = self.survive * (1 - self.model.exit_gate.lam(z))
+        return 1 - self.survive >= self.t
+
+    def output(self, z):
+        return z
+
+class ACT:
+    """Graves' adaptive computation time, a segment's own per-token depth: after each step its
+    gate gives each running token a halting probability h; it halts once their sum reaches 1 - eps
+    (or at step k) and weighs that step with the remainder R = 1 - (the sum before). The segment's
+    output is the weighted mean of its states; ponder: the cost N + R (N: steps run). Called like
+    an Exit."""
+    def __init__(self, gate, k, z, eps=0.01):
+        self.gate, self.k, self.eps = gate, k, eps
+        self.cum = torch.zeros(z.shape[:2], device=z.device)  # the sum of h so far
+        self.mean = torch.zeros_like(z)  # the weighted mean of the states
+        self.ponder = torch.zeros(z.shape[:2], device=z.device)
+
+    def __call__(self, i, z, resid, running):
+        h = torch.sigmoid(self.gate(z).float()).squeeze(-1)
+        halt = running & ((self.cum + h >= 1 - self.eps) | (i == self.k - 1))
         p = torch.where(halt, 1 - self.cum, h) * running  # the weight of this step's state
         self.mean = self.mean + p[..., None].to(z.dtype) * z
         self.ponder = self.ponder + halt * ((i + 1) + (1 - self.cum))  # N + R, when it halts
@@ -288,7 +245,7 @@ class StopRule:
         return halt
 
     def output(self, z):
-        return z if self.mean is None else self.mean
+        return self.mean
 
 class ExitGate(nn.Module):
     """Ouro's learned exit (PonderNet's, with a uniform prior in place of a geometric one). At each
@@ -296,11 +253,10 @@ class ExitGate(nn.Module):
     chance to stop there if it has not stopped before, so the exit distribution is
         p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
     Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth supervision).
-    Inference (StopRule 'learned'): a token stops at the first depth where sum_(j<=t) p_j reaches q.
-    margin: None trains stage I; a number, Ouro's stage II (frontier.stage_two), see loss."""
-    def __init__(self, c, margin=None):
+    Inference (Exit 'learned'): a token stops at the first depth where sum_(j<=t) p_j reaches q."""
+    def __init__(self, c):
         super().__init__()
-        self.c, self.margin = c, margin
+        self.c = c
         self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
         self.detached = False  # True (train.py gate_detached): its gradient stops at the gate
 
@@ -319,22 +275,15 @@ class ExitGate(nn.Module):
         return torch.stack(p + [survive])
 
     def loss(self, states, nlls, mask):
-        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets.
-        With a margin, Ouro's stage II (the language model frozen): the binary cross-entropy of
-        each lambda_t against 'stop here', true where the next depth gains less than the margin."""
-        if self.margin is not None:
-            lam = torch.stack([self.lam(z.detach()) for z in states])
-            stop = (nlls[:-1] - nlls[1:] < self.margin).float()
-            per_token = F.binary_cross_entropy(lam, stop, reduction='none').sum(0)
-        else:
-            p = self.distribution(states)
-            expected = (p * nlls).sum(0)
-            entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
-            per_token = expected - self.c.exit_beta * entropy
+        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets."""
+        p = self.distribution(states)
+        expected = (p * nlls).sum(0)
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
+        per_token = expected - self.c.exit_beta * entropy
         return (per_token * mask).sum() / mask.sum()
 
 def zero_linear(n_in, n_out):
-    """A linear layer of zeros, made without drawing a random number: a model with a gate or probe
+    """A linear layer of zeros, made without drawing a random number: a model with a gate
     at seed s starts from the same shared weights as the same model without it."""
     layer = nn.utils.skip_init(nn.Linear, n_in, n_out)
     nn.init.zeros_(layer.weight)
@@ -362,15 +311,13 @@ class GPT(nn.Module):
         self.segments = nn.ModuleList(Loop(c) for _ in c.loops)
         self.coda = nn.ModuleList(Block(c) for _ in range(c.n_coda))
         self.exit_gate = ExitGate(c) if c.exit_gate else None
-        if c.depth_signal == 'probe':  # reads which supervised depth (or the last) a state is at
-            self.depth_probe = zero_linear(c.n_embd, len(c.supervise) + 1)
         self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying
         # GPT-2 init; residual projections scaled down by the number of distinct layers
         proj_std = 0.02 / math.sqrt(2 * max(c.n_prelude + len(c.loops) + c.n_coda, 1))
         for name, p in self.named_parameters():
-            if any(own in name for own in ('gate', 'probe', 'embed')):  # these start at zero
+            if 'gate' in name:  # the gates start at zero
                 continue
             if p.dim() >= 2:
                 nn.init.normal_(p, 0.0, proj_std if name.endswith('proj.weight') else 0.02)
@@ -397,7 +344,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None, lens=False):
         """embed -> prelude -> the tied segments, each its block k times (or fewer per token, where
-        a StopRule says) -> readout. -> (logits, loss, info). loss: the training objective, when
+        an Exit or ACT says) -> readout. -> (logits, loss, info). loss: the training objective, when
         targets are given; cache: a KVCache (generate); lens: info also holds the logit lens."""
         B, T = idx.shape
         loops = self.depths(n_loops)
@@ -406,7 +353,7 @@ class GPT(nn.Module):
             z = block(z, cache, ('prelude', j))
         runs = []
         for s, (segment, k) in enumerate(zip(self.segments, loops)):
-            rule = StopRule(self, exit, s, k, z, cache) if exit or self.config.act else None
+            rule = self.stop_rule(exit, s, k, z, cache)
             z, run = segment(z, k, rule, cache, s)
             runs.append(run)
         logits = self.readout(z, cache)
@@ -425,6 +372,14 @@ class GPT(nn.Module):
             loss, info['losses'] = self.objective(logits, targets, runs, sum(loops), info['ponder'])
         return logits, loss, info
 
+    def stop_rule(self, exit, segment, k, z, cache=None):
+        """-> how segment decides each token's depth: its ACT gate, a post-hoc Exit, or None."""
+        if self.config.act:
+            if exit is not None:
+                raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
+            return ACT(self.segments[segment].gate, k, z)
+        return Exit(self, exit, segment, z, cache) if exit else None
+
     def embed(self, idx, start=0):
         """Token + position embeddings (positions from start: the tokens a KV cache holds), LN."""
         if start + idx.size(1) > self.config.block_size:
@@ -436,8 +391,8 @@ class GPT(nn.Module):
     def objective(self, logits, targets, runs, depth, ponder):
         """The training loss. Multi-depth supervision: the loss also at each supervised depth d (the
         states counted across the segments in order), the loss their mean; an exit gate trains the
-        expected loss under its exit distribution instead (ExitGate.loss); the depth probe and
-        ACT's ponder cost add their terms. -> (loss, {depth: its loss}, the last depth included)."""
+        expected loss under its exit distribution instead (ExitGate.loss); ACT's ponder cost
+        adds its term. -> (loss, {depth: its loss}, the last depth included)."""
         states = [state for run in runs for state in run.states]
         depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
         every = [self.readout(states[d - 1]) for d in depths] + [logits]
@@ -447,18 +402,9 @@ class GPT(nn.Module):
             nlls = torch.stack([self.loss(d_logits, targets, 'none') for d_logits in every])
             gated = [states[d - 1] for d in depths]
             loss = self.exit_gate.loss(gated, nlls.view(-1, *targets.shape), targets != -1)
-        if self.config.depth_signal == 'probe' and self.training:
-            loss = loss + self.probe_loss([states[d - 1] for d in depths] + [states[-1]])
         if self.config.act:  # ponder: the mean ponder cost per token
             loss = loss + self.config.halt_penalty * ponder
         return loss, losses
-
-    def probe_loss(self, states):
-        """depth_signal='probe': a linear probe must tell from each state which of the supervised
-        depths it is at (cross-entropy); its gradient writes the iteration count into the state."""
-        logits = torch.stack([self.depth_probe(z).float() for z in states])  # (depths, B, T, n)
-        labels = torch.arange(len(states), device=logits.device).view(-1, 1, 1)
-        return F.cross_entropy(logits.flatten(0, 2), labels.expand(logits.shape[:3]).flatten())
 
     def readout(self, z, cache=None, check=None):
         """coda + final LN + head: the logits a state z gives if the loop stops here. check:
@@ -533,3 +479,43 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
         drop = probs.cumsum(-1) - probs >= top_p
         logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
     return F.softmax(logits, dim=-1)
+
+class KVCache:
+    """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
+    new token costs no torch.cat). Every block APPLICATION has a slot of its own, so a tied block
+    run k times has k; a slot is named by where its block runs:
+        ('prelude', j)              prelude block j
+        (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
+        ('coda', j)                 coda block j, in the model's own readout
+        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration
+    """
+    def __init__(self, block_size):
+        self.block_size = block_size
+        self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
+        self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
+
+    def update(self, slot, k, v):
+        if slot not in self.kv:
+            shape = (*k.shape[:2], self.block_size, k.size(3))
+            self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
+        keys, values = self.kv[slot]
+        end = self.pos + k.size(2)
+        keys[:, :, self.pos:end] = k
+        values[:, :, self.pos:end] = v
+        return keys[:, :, :end], values[:, :, :end]
+
+    def skip(self, segment, i, k, T):
+        """A chunk of T tokens that all stopped (exit or ACT) after i iterations skips iterations
+        i..k-1: it computes nothing there, and a later token attending at a skipped iteration reads
+        what this chunk had at iteration i - 1, its last one. So each slot of iteration i - 1 (the
+        block's (segment, i - 1), and its exit check's (segment, i - 1, 'coda', j)) is copied to the
+        same slot of every skipped iteration."""
+        now = slice(self.pos, self.pos + T)
+        last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
+        for slot in last_run:
+            for j in range(i, k):
+                skipped = (segment, j) + slot[2:]
+                if skipped not in self.kv:
+                    self.kv[skipped] = tuple(torch.empty_like(t) for t in self.kv[slot])
+                for last, copy in zip(self.kv[slot], self.kv[skipped]):  # keys, then values
+                    copy[:, :, now] = last[:, :, now]

@@ -46,7 +46,6 @@ exit_gate = False  # a learned exit distribution over the supervised depths (Our
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
 gate_detached = (0, 0)  # (a, b): at steps a <= iter < b the exit gate reads detached states
 gate_sham = ''  # a control: 'noise' or 'fixed' (sham_step), in steps < 100, the gate detached
-depth_signal = ''  # how the tied block learns its depth: 'probe', 'embed' or 'inject' (GUIDE)
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
@@ -135,8 +134,8 @@ raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':
     optimizer.load_state_dict(ckpt['optimizer'])
-heads = ('gate', 'probe')  # small readers of the states, beside the language model
-clip_groups = [[p for n, p in raw_model.named_parameters() if any(h in n for h in heads) == gate]
+# the gates (ACT's, the exit gate) are clipped apart from the language model (see the loop)
+clip_groups = [[p for n, p in raw_model.named_parameters() if ('gate' in n) == gate]
                for gate in (False, True)]
 ckpt = None
 if compile:
@@ -291,7 +290,7 @@ while iter_num < max_iters:
         sham_step(rows_of_step)
     lossf = loss_sum.item()
     guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
-    if grad_clip != 0.0:  # the gates and the probe on their own norm, so that their early
+    if grad_clip != 0.0:  # the gates on their own norm, so that their early
         # gradient (norm ~9 for the exit gate) does not scale down the language model's whole step
         for group in clip_groups:
             torch.nn.utils.clip_grad_norm_(group, grad_clip)

@@ -129,8 +129,8 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
                                     ['--estimate=v99', 'no config/v99.py', 'e.g. --estimate=v3']),
     'frontier_a_seed_twice': (None, ('frontier.py', '--seeds=(1,1)'),
                               ["'--seeds=(1, 1)'", 'need len(set(seeds)) == len(seeds)']),
-    'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--depth_signal=probe'),
-                                                   ['--depth_signal=probe', 'supervise']),
+    'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--exit_gate=True'),
+                                                   ['--exit_gate=True', 'supervise']),
 }
 
 

@@ -32,4 +32,4 @@ def test_guide_quotes_only_lines_that_exist():
 def test_a_quote_that_is_not_in_the_file_is_caught():
     row = "| the tied loop | `model.py`: `Loop.forward` | `z_new = z + alpha * (self.block(z) - z)` |"
     assert missing(row) == [('model.py', 'z_new = z + alpha * (self.block(z) - z)')]
-    assert missing("| x | `model.py` | `return z + self.alpha() * (self.block(x, cache, (segment, i)) - x)` |") == []
+    assert missing("| x | `model.py` | `return z + self.alpha() * (self.block(z, cache, (segment, i)) - z)` |") == []

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, RULES, ExitGate, KVCache, Run, StopRule, residual
+from model import GPT, GPTConfig, RULES, ExitGate, KVCache, Run, residual
 from guards import autocast_dtype, load_checkpoint
 
 V = 50  # vocab size of every test model
@@ -75,13 +75,13 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
     if not m.config.act and exit is None:
         zs = [z]
         for i in range(k):
-            zs.append(seg.step(zs[-1], i, z))
+            zs.append(seg.step(zs[-1], i))
         states += [s.detach().clone() for s in zs[1:]]
         out, run = seg(z, k)
         assert torch.allclose(out, zs[-1], atol=1e-6)
         resid = residual(states[-1], states[-2])[1]
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
-    out, run = seg(z, k, StopRule(m, exit, seg_i, k, z))  # (ACT's rule, or the exit's)
+    out, run = seg(z, k, m.stop_rule(exit, seg_i, k, z))  # (ACT's rule, or the exit's)
     states += [s.detach().clone() for s in run.states]
     return out, run.depth, run.ponder, run.resid, states
 
@@ -565,7 +565,7 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.weight[0, 0] = 3.0
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
-        out, run = seg(z, 5, StopRule(m, None, 0, 5, z))  # the ACT gate's rule
+        out, run = seg(z, 5, m.stop_rule(None, 0, 5, z))  # the ACT gate's rule
         depth, ponder, states = run.depth, run.ponder, states + run.states
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
@@ -695,10 +695,12 @@ def test_a_detached_gate_keeps_its_gradient_from_the_language_model():
 
 
 def test_stage_two_loss_is_the_gates_cross_entropy_against_too_small_gains():
-    """With a margin (Ouro's stage II) the loss is the BCE of each lambda_t against 'stop here':
-    the next supervised depth improves the token's NLL by less than the margin."""
+    """Ouro's stage II (frontier.StageTwoGate, MARGIN 0.01): the loss is the BCE of each lambda_t
+    against 'stop here': the next supervised depth improves the token's NLL by less than 0.01."""
+    import frontier
+    assert frontier.MARGIN == 0.01
     m = exit_model().train()
-    m.exit_gate = ExitGate(m.config, margin=0.01)
+    m.exit_gate = frontier.StageTwoGate(m.config)
     with torch.no_grad():
         m.exit_gate.gate.bias.fill_(0.7)
     idx, tgt = batch()
@@ -1160,106 +1162,21 @@ def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypat
     assert picked('cpu', 'bfloat16') == ('bfloat16', 'bfloat16 autocast: --dtype=bfloat16')
 
 
-# ---------------------------------------------------------------- issue 31: depth signals, draws
-@pytest.mark.parametrize("extra", [dict(exit_gate=True, supervise=(1,)), dict(act=True),
-                                   dict(depth_signal='probe', supervise=(1,)),
-                                   dict(depth_signal='embed'), dict(depth_signal='inject')])
-def test_gates_and_depth_signals_leave_the_shared_weights_as_drawn(extra):
-    """A model with a gate, probe or embedding at seed s starts from the very weights of the same
-    model without it: their modules draw no random numbers, and start at zero."""
+# ---------------------------------------------------------------- issue 31: draws
+@pytest.mark.parametrize("extra", [dict(exit_gate=True, supervise=(1,)), dict(act=True)])
+def test_gates_leave_the_shared_weights_as_drawn(extra):
+    """A model with a gate at seed s starts from the very weights of the same model without it:
+    the gates draw no random numbers, and start at zero."""
     plain = make(seed=3).state_dict()
     other = make(seed=3, **extra).state_dict()
     for name, w in plain.items():
         assert torch.equal(w, other[name]), name
     new = [n for n in other if n not in plain]
-    assert all(torch.count_nonzero(other[n]) == 0 for n in new if 'gate.bias' not in n)
-    assert new or extra.get('depth_signal') == 'inject'  # (inject adds no parameter)
+    assert new and all(torch.count_nonzero(other[n]) == 0 for n in new if 'gate.bias' not in n)
 
 
-def test_depth_signal_and_exit_gate_off_by_default_and_in_no_study_config():
-    assert GPTConfig().depth_signal == '' and GPTConfig().exit_gate is False
+def test_exit_gate_off_by_default_and_in_no_study_config():
+    assert GPTConfig().exit_gate is False
     import glob
     for path in glob.glob('config/v*.py') + ['config/cpu_single.py', 'config/cpu_multi.py']:
-        text = open(path).read()
-        assert 'depth_signal' not in text and 'exit_gate' not in text, path
-
-
-def test_embed_and_inject_step_math():
-    """step: z + alpha * (block(x) - x), x = z + embed[i] ('embed') or z + e ('inject')."""
-    x, _ = batch()
-    for signal in ('embed', 'inject'):
-        m = make(depth_signal=signal).eval()
-        seg = m.segments[0]
-        if signal == 'embed':
-            torch.nn.init.normal_(seg.embed)
-        with torch.no_grad():
-            e = z = embed(m, x)
-            for i in range(3):
-                u = z + (seg.embed[i] if signal == 'embed' else e)
-                z = z + seg.alpha() * (seg.block(u) - u)
-            want = m.head(m.ln_f(m.coda[0](z)))
-            got = m(x)[0]
-        torch.testing.assert_close(got, want)
-    # deeper than trained, 'embed' reuses its last vector
-    m = make(depth_signal='embed').eval()
-    assert m(x, n_loops=5)[0].isfinite().all()
-
-
-def test_probe_loss_is_the_cross_entropy_of_telling_the_depths_apart():
-    x, y = batch()
-    m = make(depth_signal='probe', supervise=(1, 2))
-    torch.nn.init.normal_(m.depth_probe.weight)
-    _, loss, info = m(x, y)
-    base = sum(info['losses'].values()) / 3
-    z = embed(m, x)
-    states = []
-    for _ in range(3):
-        z = step(m.segments[0], z)
-        states.append(z)
-    probe = [F.cross_entropy(m.depth_probe(s).flatten(0, 1), torch.full((x.numel(),), j))
-             for j, s in enumerate(states)]
-    torch.testing.assert_close(loss, base + sum(probe) / 3)
-    loss.backward()
-    assert m.depth_probe.weight.grad.abs().sum() > 0
-    assert m.segments[0].block.attn.qkv.weight.grad.abs().sum() > 0
-    m.eval()  # evaluation: the language model's loss alone
-    _, loss, info = m(x, y)
-    torch.testing.assert_close(loss, info['losses'][3])
-
-
-def test_depth_signal_rules():
-    with pytest.raises(ValueError, match="depth_signal"):
-        cfg(depth_signal='probes')
-    with pytest.raises(ValueError, match="depth_signal"):
-        cfg(depth_signal='probe')  # no supervised depth to tell apart
-
-
-@pytest.mark.parametrize("signal", ["embed", "inject"])
-def test_depth_signals_work_with_exits_act_and_the_cache(signal):
-    """A depth signal changes only the block's input: per-token exits, ACT and cached decoding
-    still follow their rules (cache = re-encoding at a fixed depth; ACT's depths in range)."""
-    x, y = batch()
-    m = make(depth_signal=signal, loops=(4,)).eval()
-    if signal == 'embed':
-        torch.nn.init.normal_(m.segments[0].embed, std=0.5)
-    with torch.no_grad():
-        _, _, info = m(x, exit=('resid', 0.5))
-        assert info['depth'].min() >= 1 and info['depth'].max() <= 4
-        a = m.generate(x[:1, :4], 6, top_k=1, kv_cache=True)
-        b = m.generate(x[:1, :4], 6, top_k=1, kv_cache=False)
-    assert torch.equal(a, b)
-    act = make(depth_signal=signal, act=True, loops=(4,))
-    _, loss, info = act(x, y)
-    loss.backward()
-    assert info['depth'].min() >= 1 and info['depth'].max() <= 4 and info['ponder'] is not None
-
-
-def test_probe_trains_beside_the_exit_gate():
-    x, y = batch()
-    m = make(depth_signal='probe', exit_gate=True, supervise=(1, 2))
-    _, loss, _ = m(x, y)
-    loss.backward()
-    assert m.depth_probe.weight.grad.abs().sum() > 0 and m.exit_gate.gate.weight.grad is not None
-    with torch.no_grad():
-        _, _, info = m.eval()(x, exit=('learned', 0.5))
-    assert info['depth'].min() >= 1
+        assert 'exit_gate' not in open(path).read(), path
