@@ -231,10 +231,11 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     device = guards.get_device(device)
-    dirs = guards.folders(out_dir)  # several (a,b,c): each evaluated in turn, each its own eval.json
+    dirs = guards.folders(out_dir)  # several (a,b,c): each in turn, each its own eval.json
     maps = {d: os.path.join(d, os.path.basename(html)) if html and dirs[1:] else html for d in dirs}
-    checked = {d: guards.check_eval(d, device, dtype, dataset, block_size, suffix_start, exit_kind,
-                        thresholds, maps[d]) for d in dirs}  # every model before any work
+    checked = {d: guards.check_eval(d, device, dtype, dataset, block_size, suffix_start,
+                                    exit_kind, thresholds, maps[d])
+               for d in dirs}  # every model before any work
     for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():
         print(precision)
         with ctx:

@@ -68,15 +68,6 @@ def check_rules(rules, values, example):
             raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
                              + (f", e.g. {valid}" if fits else ''))
 
-def check_model_call(fn, *args, **kw):
-    """-> fn(*args, **kw), its ValueError (model.py's checks of its arguments) as bad input."""
-    try:
-        return fn(*args, **kw)
-    except InputError:
-        raise
-    except ValueError as e:
-        raise InputError(str(e)) from None
-
 def check_n_loops(model, n_loops):
     """-> model.depths(n_loops): the depth of each tied segment, or bad input naming the fix."""
     try:

@@ -91,7 +91,9 @@ settings, model, ckpt = guards.run_settings({k: globals()[k] for k in config_key
 globals().update(settings)
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
 resuming = init_from == 'resume'
-iter_num, best_val_loss = (ckpt['iter_num'], ckpt['best_val_loss']) if resuming else (0, float('inf'))
+iter_num, best_val_loss = 0, float('inf')
+if resuming:
+    iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
 if ckpt:
     print(f"resuming from {ckpt_path} at iter {iter_num}" if resuming else
           f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
