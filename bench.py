@@ -25,6 +25,7 @@ import time
 import shlex
 import torch
 from model import GPTConfig, GPT, Block
+import guards
 from guards import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
@@ -55,7 +56,7 @@ estimate = ''  # config names (v3,v5,...): print their parameters, tokens and me
 _valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
           'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0',
           'all(w >= n_head and w % n_head == 0 for w in dtype_widths)',
-          "dtype in ('', 'float32', 'bfloat16')", "prompt != ''"]  # configurator.py checks them
+          guards.DTYPE_RULE, "prompt != ''"]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = get_device(device)

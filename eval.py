@@ -30,7 +30,7 @@ seed = 1337
 _valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
           'max_docs >= 1', '0 <= seed < 2**64', "exit_kind in ('', 'maxprob', 'resid')",
           'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
-          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks these rules
+          guards.DTYPE_RULE]  # configurator.py checks these rules
 # -----------------------------------------------------------------------------
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 

@@ -46,6 +46,8 @@ def excepthook(kind, err, tb, _default=sys.excepthook):
               file=sys.stderr)
 
 # ----------------------------------------------------------------------------- keys and rules
+DTYPE_RULE = "dtype in ('', 'float32', 'bfloat16')"  # every script's --dtype
+
 def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'
     if type(value) is str:
         return f"--{key}={shlex.quote(value)}"

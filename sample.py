@@ -27,7 +27,7 @@ dtype = ''  # '' = the dtype the model was trained with
 _valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k >= 0',
           '0 < top_p <= 1', 'repetition_penalty > 0', '0 <= seed < 2**64',
           'type(n_loops) in (int, tuple, type(None))',
-          "dtype in ('', 'float32', 'bfloat16')"]  # configurator.py checks them
+          guards.DTYPE_RULE]  # configurator.py checks them
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 

@@ -75,7 +75,7 @@ TRAIN_RULES = ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interv
                'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
                'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-               "dtype in ('', 'float32', 'bfloat16')", '0 <= seed < 2**24',
+               guards.DTYPE_RULE, '0 <= seed < 2**24',  # (seed << 32 + rank << 56: 64 bits)
                'len(gate_detached) == 2 and (exit_gate or gate_detached[0] >= gate_detached[1])',
                "gate_sham in ('', 'noise', 'fixed')", 'not gate_sham or exit_gate']
 # -----------------------------------------------------------------------------
@@ -102,6 +102,8 @@ meta = load_meta(data_dir)
 train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
 guards.check_train_data(settings, meta, data_dir, train_data, val_data)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
+    if block_size != meta['row'] - 1:
+        print(f"block_size = {meta['row'] - 1}: {data_dir} holds SFT rows of {meta['row']} tokens")
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
 if init_from == 'scratch':
