@@ -1,8 +1,9 @@
 """
 A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), Exit and ACT (how
-a segment decides each token's depth: exits, ACT), GPT.objective, then KVCache and generate.
+Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), Exit and ACT
+(how a segment decides each token's depth), GPT.objective, then generate and KVCache. Bad input
+is a short ValueError here; the scripts check their keys first (guards.py).
 """
 import math
 from dataclasses import dataclass

@@ -2,13 +2,15 @@
 steps of each model below in two checkouts (A: before, B: after) on the same data and seed,
 then compares the weights (max abs difference: must be 0.0), and for each trained model
 eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be byte-identical).
-$ python results/redesign/bitid.py A B   (two checkouts; data from A/data: prepare it there)
+$ python results/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
 Writes results/redesign/bitid.md (of the checkout it runs from)."""
 import os, sys, json, shutil, subprocess, tempfile
 import torch
 
 CONFIGS = ['smoke', 'cpu_single', 'cpu_multi', 'cpu_phantom', 'cpu_sandwich3', 'cpu_plain',
            'cpu_act', 'cpu_exit', 'cpu_sft']  # cpu_sft fine-tunes cpu_single's 12 steps
+if len(sys.argv) > 3:  # some of them: smoke,cpu_act (a quick check that it can fail)
+    CONFIGS = sys.argv[3].split(',')
 STEPS = ['--max_iters=12', '--lr_decay_iters=12', '--warmup_iters=4', '--eval_interval=12', '--eval_iters=2',
          '--log_interval=4']
 A, B = (os.path.abspath(p) for p in sys.argv[1:3])
@@ -56,6 +58,7 @@ commit = lambda t: subprocess.run(['git', '-C', t, 'rev-parse', '--short', 'HEAD
 text = (f"# Bit-identical across the redesign\n\n`python results/redesign/bitid.py A B`, A at "
         f"{commit(A)}, B at {commit(B)} (B's working tree as it was): 12 steps of each config, "
         "seed 1337, one thread.\n\n" + '\n'.join(rows) + '\n')
-with open(os.path.join(here, 'bitid.md'), 'w') as f:
-    f.write(text)
+if len(sys.argv) <= 3:  # (only the whole check writes its page)
+    with open(os.path.join(here, 'bitid.md'), 'w') as f:
+        f.write(text)
 print(text)
