@@ -32,12 +32,10 @@ def _set(key, val, where=''):  # where: the config file that sets it
 
 def _run_config(path, into):
     """exec a config file; inside it, include('v5.py') first runs a config of the same folder."""
-    if not os.path.isfile(path):
-        what = "is a folder, not a file" if os.path.isdir(path) else "not found"
-        raise InputError(f"config file '{path}' {what} (see config/ for the available ones)")
+    text = _guards.read_text_file(path, 'config file', ' (see config/ for the available ones)')
     include = lambda name: _run_config(os.path.join(os.path.dirname(path), name), into)
     try:
-        code = builtins.compile(open(path).read(), path, 'exec')  # (train.py has a key `compile`)
+        code = builtins.compile(text, path, 'exec')  # (train.py has a key `compile`)
         exec(code, {'include': include}, into)
         return into
     except InputError:  # an include()'s

@@ -276,7 +276,7 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one line mus
     'block_size_huge': (None, ('train.py', *TINY, '--block_size=100000000'), ['train.bin', 'block_size']),
     'config_raises': (lambda d: (d / 'mine.py').write_text('batch_size = 8\nlr = 1 / 0\n'),
                       ('train.py', 'mine.py'), ['mine.py', 'line 2', 'ZeroDivisionError']),
-    'config_is_a_folder': (None, ('train.py', 'data'), ["'data'", 'folder']),
+    'config_is_a_folder': (None, ('train.py', 'data'), ['config file data is a folder']),
     # issue 23: no prepare.py command makes these two (it used to suggest one)
     'dataset_unknown': (None, ('train.py', *TINY, '--dataset=nope_byte'),
                         ['data/nope_byte/meta.json', 'topics,shakespeare', 'not nope_byte',
