@@ -1,6 +1,7 @@
 # Issue 38's bench A/B: the same bench.py command in two checkouts, alternated, one thread each.
 # bash results/redesign/ab.sh OLD NEW   (OLD, NEW: checkouts; writes OLD-i.md / NEW-i.md here)
-# Ran as: bash results/redesign/ab.sh /work/base38 /work/head38  (base38: 9c22461, before the redesign; head38: 23938c2)
+# Ran as: bash results/redesign/ab.sh /work/base38 /work/head38
+#   (base38: 9c22461, before the redesign; head38: 23938c2, after its steps 1-2)
 here=$(cd "$(dirname "$0")" && pwd)
 for i in 1 2 3; do
   for d in "$1" "$2"; do

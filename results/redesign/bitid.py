@@ -11,8 +11,8 @@ CONFIGS = ['smoke', 'cpu_single', 'cpu_multi', 'cpu_phantom', 'cpu_sandwich3', '
            'cpu_act', 'cpu_exit', 'cpu_sft']  # cpu_sft fine-tunes cpu_single's 12 steps
 if len(sys.argv) > 3:  # some of them: smoke,cpu_act (a quick check that it can fail)
     CONFIGS = sys.argv[3].split(',')
-STEPS = ['--max_iters=12', '--lr_decay_iters=12', '--warmup_iters=4', '--eval_interval=12', '--eval_iters=2',
-         '--log_interval=4']
+STEPS = ['--max_iters=12', '--lr_decay_iters=12', '--warmup_iters=4', '--eval_interval=12',
+         '--eval_iters=2', '--log_interval=4']
 A, B = (os.path.abspath(p) for p in sys.argv[1:3])
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
 

@@ -1,4 +1,4 @@
-"""The ratios of results/redesign's A/B: each bench ratio per round, old (base30) and new (main)."""
+"""Each bench ratio of results/redesign's A/B, per round: before the redesign (base38), after."""
 import glob, os, re
 import numpy as np
 here = os.path.dirname(os.path.abspath(__file__))
@@ -12,9 +12,11 @@ for path in sorted(glob.glob(os.path.join(here, '*-[0-9].md'))):
         row = re.sub(r', mean depth.*', '', cells[0])
         for value, what in re.findall(r"([\d.]+)x ([a-z0-9 '-]+)", cells[-1]):
             ratios.setdefault((row, what.strip()), {}).setdefault(who, []).append(float(value))
-print('| row | ratio | base38 (9c22461) | head38 (23938c2) | head38 minus base38 |\n| --- | --- | --- | --- | --- |')
+print('| row | ratio | base38 (9c22461) | head38 (23938c2) | head38 minus base38 |\n'
+      '| --- | --- | --- | --- | --- |')
 for (row, what), by in ratios.items():
     old, new = np.array(by['base38']), np.array(by['head38'])
     d = new - old  # paired by round: the two ran one after the other
+    se = d.std(ddof=1) / len(d) ** .5
     print(f"| {row} | x {what} | {' '.join(f'{v:.2f}' for v in old)} | "
-          f"{' '.join(f'{v:.2f}' for v in new)} | {d.mean():+.3f} ± {d.std(ddof=1) / len(d) ** .5:.3f} |")
+          f"{' '.join(f'{v:.2f}' for v in new)} | {d.mean():+.3f} ± {se:.3f} |")
