@@ -9,7 +9,7 @@ import os, json, math, time, itertools, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
-from prepare import get_tokenizer, pieces
+from prepare import get_tokenizer, pieces, token_rows
 import guards
 from guards import data_error, load_meta, load_tokens, read_eval_docs
 
@@ -97,7 +97,7 @@ def val_rows(data, T, n, seed):
         raise guards.InputError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
     ix = torch.randint(len(data) - T, (n,), generator=torch.Generator().manual_seed(seed))
-    return torch.stack([torch.from_numpy(data[i:i + T].astype(np.int64)) for i in ix.tolist()])
+    return torch.from_numpy(token_rows(data, ix.tolist(), T))
 
 def val_nll(model, rows, batch_size, n_loops=None, exit=None):
     """-> (mean NLL, mean loop iterations per prediction) on the val rows."""

@@ -61,6 +61,9 @@ def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/t
 def split_folder(folder):  # the inverse: 'topics_byte' -> ('topics', 'byte')
     return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
 
+def token_rows(data, starts, T):  # -> (len(starts), T) int64: the T tokens from each start
+    return np.stack([data[i:i + T] for i in starts]).astype(np.int64)
+
 def sft_targets(rows, eot, pad=True):
     """The targets of SFT rows (B, T + 1): prompt, EOT, answer, EOT, EOT padding. The prompt is
     context only: its targets (and the first EOT) are -1, ignored by the loss; the answer's and its

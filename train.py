@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT, RULES
-from prepare import sft_targets
+from prepare import sft_targets, token_rows
 import guards
 from guards import autocast_dtype, load_meta, load_tokens
 
@@ -156,8 +156,7 @@ def draw(data, shape, g):  # random rows: their start positions in the token str
 def get_batch(data, ix):
     """Rows of block_size + 1 tokens at ix -> the inputs, and the targets (the next tokens)."""
     if data.ndim == 1:  # a token stream: ix are start positions
-        rows = [torch.from_numpy(data[i:i + block_size + 1].astype(np.int64)) for i in ix.tolist()]
-        xy = torch.stack(rows)
+        xy = torch.from_numpy(token_rows(data, ix.tolist(), block_size + 1))
         x, y = xy[:, :-1], xy[:, 1:]
     else:  # SFT: ix are rows
         xy = torch.from_numpy(data[ix.numpy()].astype(np.int64))
