@@ -1,19 +1,17 @@
 """
-What depth costs, in one table. Every row is measured in the same run, so compare ratios, not
-absolute numbers:
-- training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks
-  of the same width;
-- the tied loop's training step in float32 vs bfloat16 autocast, at n_embd and at each of
-  dtype_widths (on a CPU with bf16 instructions, bf16 pays from between d=128 and d=192);
+What depth costs, in one table; every row is measured in the same run: compare ratios, not
+absolute numbers.
+- training step: the tied loop (one block, k iterations) vs a plain stack of k distinct blocks;
+- the tied loop's step in float32 vs bfloat16 autocast, at n_embd and at each of dtype_widths
+  (on a CPU with bf16 instructions, bf16 pays from between d=128 and d=192);
 - phantom vs full backprop at several k: step time and memory;
-- generation: tokens/s re-encoding the context and with the KV cache at full depth, then with the
-  KV cache + each per-token policy (each exit; an ACT model's gate). A policy's row gives the mean
-  depth, the tied-block calls counted, and its speedup against the ideal: the ratio of the blocks
-  a new token runs at full depth to those it runs under the policy;
+- generation: tokens/s re-encoding the context, with the KV cache at full depth, and with the
+  KV cache + each per-token policy (each exit; an ACT model's gate): its mean depth, the tied-block
+  calls counted, and its speedup against the ideal (the blocks a new token runs at full depth
+  over those it runs under the policy);
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
 $ python bench.py                              (CPU, random weights)
-$ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act
-                                               (trained models: the exits see real confidence)
+$ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act  (trained: the exits see real confidence)
 $ python bench.py --device=cuda --compile=True (bf16; compile applies to the training rows)
 $ python bench.py --dtype_widths=(64,96,128)   (float32 vs bf16 at more widths: the crossover)
 Or, measuring nothing, the paper configs' sizes for a GPU (README: GPU estimates):
@@ -84,8 +82,7 @@ def model_for(**kw):
     return GPT(GPTConfig(**{**shape, **kw})).to(device)
 
 def train_flops_per_token(model):
-    """nanoGPT's estimate for forward + backward, 6N + 12 L d T, with the tied block counted
-    once per iteration."""
+    """nanoGPT's forward + backward estimate, 6N + 12 L d T, the tied block once per iteration."""
     c = model.config
     _, n_applied = model.num_params()
     n = n_applied - model.wpe.weight.numel()  # as nanoGPT, without the position embeddings
@@ -104,35 +101,28 @@ def activation_mb(model, rows=batch_size, context=None):
             saved[storage.data_ptr()] = storage.nbytes()
         return t
     with context or ctx, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        _, loss, _ = model(x, x)
-    del loss
+        model(x, x)  # (the graph is dropped at once)
     return sum(saved.values()) / 2**20
 
-def time_step(model, x, context):
-    """ms of one forward + backward in context (float32, or bf16 autocast)."""
-    sync()
-    t0 = time.perf_counter()
-    with context:
-        _, loss, _ = model(x, x)
-    loss.backward()
-    sync()
-    return 1000 * (time.perf_counter() - t0)
-
 def time_steps(models, contexts=None):
-    """Time a forward + backward of each model (in its context; default ctx) over `repeats` rounds
-    in which the models take turns, so that drift on a shared machine hits them alike. -> the
-    median ms of each; the median of each one's per-round time ratio to the first model; the peak
-    CUDA MB of each (or None)."""
+    """A forward + backward of each model (in its context; default ctx), the models taking turns
+    over `repeats` rounds so that drift on a shared machine hits them alike. -> the median ms of
+    each, the median of its per-round time ratio to the first model's, its peak CUDA MB or None."""
     contexts = contexts or [ctx] * len(models)
     x = torch.randint(vocab_size, (batch_size, block_size), device=device)
     steps = [torch.compile(m) if compile else m for m in models]
-    times = [[] for _ in models]
-    peaks = [None] * len(models)
+    times, peaks = [[] for _ in models], [None] * len(models)
     for r in range(repeats + 1):  # round 0 warms up (and compiles)
         for i, step in enumerate(steps):
             if cuda:
                 torch.cuda.reset_peak_memory_stats()
-            times[i].append(time_step(step, x, contexts[i]))
+            sync()
+            t0 = time.perf_counter()
+            with contexts[i]:
+                loss = step(x, x)[1]
+            loss.backward()
+            sync()
+            times[i].append(1000 * (time.perf_counter() - t0))
             models[i].zero_grad(set_to_none=True)
             if cuda:
                 peaks[i] = torch.cuda.max_memory_allocated() / 2**20
@@ -154,19 +144,15 @@ def count_blocks(model):
     return counts, [b.register_forward_hook(hook) for b in model.modules() if isinstance(b, Block)]
 
 def gen_speeds(settings):
-    """Generate gen_tokens greedy tokens with each (model, start, kv_cache, exit) setting, over
-    `repeats` rounds in which the settings take turns. Round 0 warms up, untimed, and counts block
-    calls. -> per setting: the median tokens/s, and per new token decoded alone (not the first,
-    which comes with the prompt): the mean depth the model reports, and the tied-block calls and
-    all block calls counted."""
+    """gen_tokens greedy tokens by each (model, start, kv_cache, exit), taking turns over `repeats`
+    rounds (round 0 warms up, untimed, and counts block calls). -> each one's median tokens/s, and
+    per token decoded alone (not the first): the mean depth it reports, tied and all block calls."""
     speeds = [[] for _ in settings]
     counts, depths = [None] * len(settings), [None] * len(settings)
     with gen_ctx:
         for r in range(repeats + 1):
             for i, (model, start, kv_cache, exit) in enumerate(settings):
-                hooks = []
-                if r == 0:
-                    counts[i], hooks = count_blocks(model)
+                counts[i], hooks = count_blocks(model) if r == 0 else (counts[i], [])
                 sync()
                 t0 = time.perf_counter()
                 _, depth = model.generate(start, gen_tokens, top_k=1, exit=exit,
@@ -185,22 +171,13 @@ def print_row(*cells):
 
 def train_row(what, ms, mb=None, flops=None, ratio=''):
     """One training row, printed as soon as it is measured."""
-    tokens_per_s = batch_size * block_size / ms * 1000
-    mb_cell = '' if mb is None else f"{mb:.1f}"
-    flops_cell = '' if flops is None else f"{flops / 1e6:.0f}"
-    perf_cell = '' if flops is None else f"{flops * tokens_per_s / 1e12:.3f}"
-    if flops is not None and peak_flops:
-        perf_cell += f" ({flops * tokens_per_s / peak_flops:.1%} MFU)"
-    print_row(what, f"{ms:.1f}", f"{tokens_per_s:,.0f}", mb_cell, flops_cell, perf_cell, ratio)
+    tps = batch_size * block_size / ms * 1000  # tokens/s
+    mfu = f" ({flops * tps / peak_flops:.1%} MFU)" if flops and peak_flops else ''
+    cells = ['', ''] if flops is None else [f"{flops / 1e6:.0f}", f"{flops * tps / 1e12:.3f}{mfu}"]
+    print_row(what, f"{ms:.1f}", f"{tps:,.0f}", '' if mb is None else f"{mb:.1f}", *cells, ratio)
 
 def gen_row(what, tokens_per_s, ratio=''):
     print_row(what, f"{1000 / tokens_per_s:.1f} / token", f"{tokens_per_s:.1f}", '', '', '', ratio)
-
-def read_config(path):  # a config file's settings (include('x.py') reads x.py first)
-    settings = {}
-    include = lambda name: settings.update(read_config(os.path.join(os.path.dirname(path), name)))
-    exec(open(path).read(), {'include': include}, settings)
-    return settings
 
 def config_path(name):  # --estimate's names: the configs in config/
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'config', f'{name}.py')
@@ -210,17 +187,15 @@ def config_path(name):  # --estimate's names: the configs in config/
     return path
 
 def estimates(names):
-    """Per paper config, what a GPU run needs, computed here: parameters (distinct, and with each
-    tied block counted per iteration), tokens and FLOPs per optimizer step (6N + 12LdT a token:
-    one readout, full backprop), and the activation memory autograd keeps for backward in one
-    micro-step, in float32 and in bf16 autocast: measured on this CPU for one row, times the rows
-    (every saved tensor grows with the batch; the weights, AdamW state and gradients come on
-    top)."""
+    """Per paper config, what a GPU run needs: parameters (distinct, and with each tied block
+    counted per iteration), tokens and FLOPs per optimizer step (6N + 12LdT a token), and the
+    activations autograd keeps in one micro-step, float32 and bf16: measured here for one row,
+    times the rows (each saved tensor grows with the batch; weights, AdamW state, grads on top)."""
     paths = {name: config_path(name) for name in names.split(',')}  # each checked before work
     print("| config | params: distinct / unrolled | tokens/step | TFLOP/step | "
           "activations: float32 / bf16 |\n| --- | --- | --- | --- | --- |")
     for name, path in paths.items():
-        s = read_config(path)
+        s = _run_config(path, {})  # configurator.py's reader: include() as train.py sees it
         keys = {k: v for k, v in s.items() if k in GPTConfig.__dataclass_fields__}
         torch.manual_seed(seed)
         model = GPT(GPTConfig(**keys, vocab_size=50257)).to(device)  # fineweb: GPT-2's vocab
@@ -247,8 +222,7 @@ if not init_from:  # random weights, byte tokens; and the same shape with an ACT
 for path in filter(None, init_from.split(',')):  # trained models: the exits see real confidence
     model, ckpt = load_checkpoint(os.path.join(path, 'ckpt.pt'), device)
     ids = get_tokenizer(ckpt['meta']['tokenizer'])[0](prompt)
-    policies = [('ACT gate', model, None)]  # it stops by its own gate, or by the exits it has:
-    full = model
+    full, policies = model, [('ACT gate', model, None)]  # it stops by its gate, or by its exits
     if model.config.act:  # at full depth: the same blocks, no gate
         full = GPT(GPTConfig(**{**ckpt['model_args'], 'act': False})).to(device)
         full.load_state_dict(ckpt['model'], strict=False)
@@ -303,10 +277,8 @@ for kk in phantom_ks:
     full = model_for(loops=(kk,))
     phantom = model_for(loops=(kk,), phantom=True)
     (ms_full, ms_phantom), (_, ratio), peaks = time_steps([full, phantom])
-    if cuda:
-        mb_full, mb_phantom = peaks
-    else:  # CPU has no peak-memory counter: count what autograd saves instead
-        mb_full, mb_phantom = activation_mb(full), activation_mb(phantom)
+    # (a CPU has no peak-memory counter: count what autograd saves instead)
+    mb_full, mb_phantom = peaks if cuda else (activation_mb(full), activation_mb(phantom))
     train_row(f"train k={kk}: full backprop", ms_full, mb_full, flops=train_flops_per_token(full))
     train_row(f"train k={kk}: phantom", ms_phantom, mb_phantom,
               ratio=f"{ratio:.2f}x time, {mb_phantom / mb_full:.2f}x memory of full")

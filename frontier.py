@@ -1,23 +1,20 @@
 """
-The seeded campaign behind RESULTS.md. Trains every model the findings compare once per seed
-(seeds: the initial weights and the batch order), measures each run on the same held-out text, and
-writes the findings as tables of mean +/- standard error over the seeds, every difference with its
-verdict, and the depth frontier with compute in forward FLOPs per token:
+The seeded campaign behind RESULTS.md: trains every model the findings compare once per seed (its
+initial weights and batch order), measures each run on the same held-out text, and writes the
+findings (mean +/- standard error over the seeds, each difference with its verdict) and the depth
+frontier, compute in forward FLOPs per token:
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
 $ python frontier.py --results=results/gate --jobs=2 \
       --models=multi,single,exit-10,warmup,exit-10-warmup,exit-10-detach,exit-10-late,exit-10-early
-A finished run is never trained again (one that stopped early is resumed: never measured
-half-trained), and a measured run keeps its file, runs/<model>-s<seed>.json: rerunning after the
-campaign finished trains nothing and writes the same tables from those files.
+A finished run is never trained again (one that stopped early is resumed, never measured
+half-trained); a measured run keeps runs/<model>-s<seed>.json, so a rerun trains nothing.
 The rule: a difference is a finding when its mean over n seeds exceeds t(0.975, n-1) standard
-errors (4.30 at 3 seeds, 2.78 at 5; paired by seed: every model trains at every seed); otherwise it
-is "not established", and 2 seeds give no verdict. Policies on one model (same weights, same rows)
-are compared within each seed, then averaged.
-A tuned arm is named by its model and its changed settings, '+'-joined (TUNE): multi+w100+c0.25 is
-multi with --warmup_iters=100 --grad_clip=0.25.
+errors (4.30 at 3 seeds, 2.78 at 5; paired by seed), else "not established"; 2 seeds give no
+verdict. A tuned arm is its model and settings, '+'-joined (TUNE): multi+w100+c0.25 is multi with
+--warmup_iters=100 --grad_clip=0.25.
 """
 import os
 import sys
@@ -33,7 +30,7 @@ import torch.nn.functional as F
 import eval as ev
 from model import ExitGate
 from prepare import sft_targets
-from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens
+from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens, saving
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
 WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU
@@ -41,32 +38,29 @@ WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast
 CONFIRM = [('single', 'config/cpu_single.py', []), ('multi', 'config/cpu_multi.py', []),
            ('exit-10', 'config/cpu_exit.py', ['--exit_beta=10']),
            ('exit-10-early', 'config/cpu_exit.py', ['--exit_beta=10', '--gate_detached=(100,{})'])]
+
+def pt(config, *args):  # a model trained from scratch: config/cpu_<config>.py, SCHEDULE, args
+    return [f'config/cpu_{config}.py', *SCHEDULE, *args], None
+
 MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the same shape and data
-    'single': (['config/cpu_single.py', *SCHEDULE], None),
-    'multi': (['config/cpu_multi.py', *SCHEDULE], None),
-    'phantom': (['config/cpu_phantom.py', *SCHEDULE], None),
-    'sandwich3': (['config/cpu_sandwich3.py', *SCHEDULE], None),
-    **{f'act-{hp}': (['config/cpu_act.py', *SCHEDULE, f'--halt_penalty={hp}'], None)
-       for hp in (0.001, 0.003, 0.01)},
-    'plain': (['config/cpu_plain.py', *SCHEDULE], None),
-    'exit-0.1': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=0.1'], None),  # Ouro's stage I
+    **{name: pt(name) for name in ('single', 'multi', 'phantom', 'sandwich3')},
+    **{f'act-{hp}': pt('act', f'--halt_penalty={hp}') for hp in (0.001, 0.003, 0.01)},
+    'plain': pt('plain'),
+    'exit-0.1': pt('exit', '--exit_beta=0.1'),  # Ouro's stage I
     'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
-    'exit-10': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10'], None),  # a control: beta so
-    # large that p stays uniform, multi-depth supervision with the gate's gradient into the states
+    # a control: beta so large that p stays uniform (multi-depth supervision + the gate's gradient)
+    'exit-10': pt('exit', '--exit_beta=10'),
     # a control: the gate's early gradient shrinks the LM's clipped step, like a longer warmup
-    'warmup': (['config/cpu_multi.py', *SCHEDULE, '--warmup_iters=300'], None),
-    'exit-10-warmup': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10', '--warmup_iters=300'],
-                       None),  # does the gate add anything to a longer warmup?
+    'warmup': pt('multi', '--warmup_iters=300'),
+    'exit-10-warmup': pt('exit', '--exit_beta=10', '--warmup_iters=300'),  # gate + warmup?
     # does the gain travel through the gate's gradient into the states, and when? At steps [a, b)
     # the gate reads detached states (train.py gate_detached); its early burst is steps 10-60
-    **{f'exit-10-{when}': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10',
-                            f'--gate_detached={steps}'], None)
+    **{f'exit-10-{when}': pt('exit', '--exit_beta=10', f'--gate_detached={steps}')
        for when, steps in (('detach', '(0,750)'), ('late', '(0,100)'), ('early', '(100,750)'))},
-    # the step without the direction: the gate detached, and in steps 0-99 a random gradient of
-    # the size the gate's own has there (train.py gate_sham): fresh each step, or one fixed
-    **{f'exit-10-sham-{sham}': (['config/cpu_exit.py', *SCHEDULE, '--exit_beta=10',
-                                 '--gate_detached=(0,750)', f'--gate_sham={sham}'], None)
-       for sham in ('noise', 'fixed')},
+    # the step without its direction (train.py gate_sham): detached, plus a random gradient of the
+    # gate's own size in steps 0-99, fresh each step or one fixed
+    **{f'exit-10-sham-{sham}': pt('exit', '--exit_beta=10', '--gate_detached=(0,750)',
+                                  f'--gate_sham={sham}') for sham in ('noise', 'fixed')},
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
     **{f'{name}-1500': ([config, *[a.format(1500) for a in args]], None)
        for name, config, args in CONFIRM},
@@ -122,24 +116,22 @@ def run_dir(name, seed):
 
 def train(name, seed):
     """python train.py with the model's arguments, unless its run finished (one that stopped early
-    is resumed: it is never measured half-trained); its log goes to results/train/."""
+    is resumed); its log goes to results/train/."""
     args, base = MODELS[name]
     if base:  # the run it starts from, first: finished, never half-trained
         train(base, seed)
     if args is None:
         return stage_two(name, seed)
-    out_dir = run_dir(name, seed)
-    args = [*args, f'--seed={seed}', f'--out_dir={out_dir}', *train_args.split()]
-    if base:
-        args.append(f'--init_from={run_dir(base, seed)}')
-    what, why = 'training', ''
+    out_dir, what, why = run_dir(name, seed), 'training', ''
+    start = [f'--init_from={run_dir(base, seed)}'] if base else []
     if os.path.exists(path := os.path.join(out_dir, 'ckpt.pt')):
         ckpt = torch.load(path, map_location='cpu', weights_only=True)
         done, goal = ckpt['iter_num'], ckpt['config']['max_iters']
         if done >= goal:
             return
         what, why = 'resuming', f" (it stopped at iter {done} of {goal})"
-        args = [a for a in args if not a.startswith('--init_from=')] + ['--init_from=resume']
+        start = ['--init_from=resume']  # (not fine-tuned anew)
+    args = [*args, f'--seed={seed}', f'--out_dir={out_dir}', *train_args.split(), *start]
     log = os.path.join(results, 'train', f'{name}-s{seed}.log')
     print(f"{what} {out_dir}{why}: python train.py {' '.join(args)} > {log}", flush=True)
     here = os.path.dirname(os.path.abspath(__file__))  # train.py and config/ (run from any folder)
@@ -163,9 +155,8 @@ class StageTwoGate(ExitGate):
         return (per_token * mask).sum() / mask.sum()
 
 def stage_two(name, seed):
-    """Ouro's stage II on the stage-I run of the same seed: the language model frozen, the exit
-    gate alone trained (StageTwoGate.loss) on train.bin, then saved as a run of its own.
-    Done in one go: a run that stopped before its checkpoint is simply started again."""
+    """Ouro's stage II on the stage-I run of the same seed: the exit gate alone trained on train.bin
+    (StageTwoGate.loss), saved as a run of its own. In one go: a stopped one starts again."""
     out_dir = run_dir(name, seed)
     if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
         return
@@ -174,15 +165,13 @@ def stage_two(name, seed):
     model.exit_gate = StageTwoGate(model.config).to(device)
     model.load_state_dict(ckpt['model'])  # (starting from the stage-I gate)
     optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
-    data, T = load_tokens(TOPICS, 'train'), model.config.block_size
-    g = torch.Generator().manual_seed(seed)
+    rows = ev.val_rows(load_tokens(TOPICS, 'train'), model.config.block_size + 1,
+                       stage_two_steps * batch_size, seed)  # seeded rows of train.bin, x and y
     log = os.path.join(results, 'train', f'{name}-s{seed}.log')
     print(f"stage II for {out_dir}: {stage_two_steps} steps, margin {MARGIN} > {log}", flush=True)
     os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, 'w') as f:
-        for step in range(1, stage_two_steps + 1):
-            ix = torch.randint(len(data) - T - 1, (batch_size,), generator=g).tolist()
-            xy = torch.stack([torch.from_numpy(data[i:i + T + 1].astype(np.int64)) for i in ix])
+        for step, xy in enumerate(rows.split(batch_size), 1):
             loss = model(xy[:, :-1].to(device), xy[:, 1:].to(device))[1]
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -191,8 +180,8 @@ def stage_two(name, seed):
                 print(f"step {step}: gate loss {loss.item():.4f}", file=f, flush=True)
     ckpt['model'] = model.state_dict()
     os.makedirs(out_dir, exist_ok=True)
-    torch.save(ckpt, os.path.join(out_dir, 'ckpt.pt.tmp'))
-    os.replace(os.path.join(out_dir, 'ckpt.pt.tmp'), os.path.join(out_dir, 'ckpt.pt'))
+    with saving(os.path.join(out_dir, 'ckpt.pt'), 'of stage II') as tmp:
+        torch.save(ckpt, tmp)
 
 # ----------------------------------------------------------------------------- compute
 def block_flops(c, T):
@@ -221,8 +210,7 @@ def train_flops(c, T):
 # ----------------------------------------------------------------------------- measuring a run
 @torch.no_grad()
 def every_depth(model, rows):
-    """-> nll, maxprob, resid (K, N): each prediction at every fixed depth k = 1..K (k iterations
-    in every segment)."""
+    """-> nll, maxprob, resid (K, N): each prediction at fixed depth k = 1..K (in each segment)."""
     out = []
     for k in range(1, model.config.loops[0] + 1):
         per_batch = []
@@ -268,16 +256,14 @@ def measure_val(model, rows):
                           resid=r.mean().item()) for k, n, m, r in zip(range(1, K + 1), nll,
                                                                        maxprob, resid)],
            'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)])}
-    for kind in ['maxprob', 'resid'] + ['learned'] * c.exit_gate:
-        frozen = []
-        for t in THRESHOLDS[kind]:
-            n, depth = ev.val_nll(model, rows, batch_size, exit=(kind, t))
-            frozen.append(point(t, depth, n, 1 + depth * (kind == 'maxprob'),
-                                depth * (kind == 'learned')))
-        out[f'frozen {kind}'] = frozen
+    for kind in ['maxprob', 'resid'] + ['learned'] * c.exit_gate:  # (a maxprob check reads out)
+        ts = THRESHOLDS[kind]
+        frozen = [(t, *ev.val_nll(model, rows, batch_size, exit=(kind, t))) for t in ts]
+        out[f'frozen {kind}'] = [point(t, d, n, 1 + d * (kind == 'maxprob'),
+                                       d * (kind == 'learned')) for t, n, d in frozen]
         if kind != 'learned':  # every token runs all K; each reads out at its first confident depth
             signal = {'maxprob': lambda t: maxprob >= t, 'resid': lambda t: resid < t}[kind]
-            picked = [(t, *select(nll, signal(t))) for t in THRESHOLDS[kind]]
+            picked = [(t, *select(nll, signal(t))) for t in ts]
             out[f'selection {kind}'] = [point(t, K * S, n.mean().item(), K if kind == 'maxprob'
                                               else 1) | dict(depth=d.float().mean().item() * S)
                                         for t, n, d in picked]
@@ -291,26 +277,21 @@ def measure_docs(model, x, real, topics):
     every real target, the probes, and the loop depth per topic and per character class."""
     nll, depth, resid, moved, entropy = ev.score(model, x, batch_size)
     norm = moved / resid.clamp_min(1e-12)  # |z_(k-1)|: the relative residual's denominator
-    probes = {'relative residual': ev.probe(nll, resid, real), 'absolute residual':
-              ev.probe(nll, moved, real), '|z|': ev.probe(nll, norm, real),
-              'entropy': ev.probe(nll, entropy, real)}
+    probes = {p: ev.probe(nll, signal, real)
+              for p, signal in zip(PROBES, (resid, moved, norm, entropy))}
     kind = torch.full((257,), len(CLASSES))  # each byte's class; EOT and non-ASCII: 'other'
     for i, chars in enumerate(CLASSES.values()):
         kind[list(chars.encode())] = i
-    target_kind = kind[x[:, 1:]]
-    classes = {}
-    for i, name in enumerate([*CLASSES, 'other']):
-        m = real & (target_kind == i)
-        classes[name] = dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
-                             tokens=int(m.sum()))
+    masks = {name: real & (kind[x[:, 1:]] == i) for i, name in enumerate([*CLASSES, 'other'])}
+    classes = {name: dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
+                          tokens=int(m.sum())) for name, m in masks.items()}
     suffix = ev.suffix_nll(nll, real, ev.suffix(x.size(1))[1])  # the paper's scored targets
     return dict(suffix=suffix, nll=nll[real].mean().item(), probes=probes,
                 topics=ev.topic_depths(nll, depth, real, topics), classes=classes)
 
 def measure_sft(model, x, real, eot):
-    """On the held-out SFT samples: the NLL of the answers and their EOT (what SFT trains: the
-    real targets), of the answers and the padding after them (what a pad-trained SFT counts), and
-    the paper's suffix (targets 96..127), each with its token count."""
+    """On the held-out SFT samples, the NLL and token count of: the answers and their EOT (what SFT
+    trains), those and the padding after (a pad-trained SFT's), the paper's suffix (96..127)."""
     nll = ev.score(model, x, batch_size)[0]
     answer, padded = (sft_targets(x, eot, pad) >= 0 for pad in (False, True))
     columns = ev.suffix(x.size(1))[1]
@@ -319,16 +300,14 @@ def measure_sft(model, x, real, eot):
                 suffix=ev.suffix_nll(nll, real, columns), suffix_tokens=int(real[:, columns].sum()))
 
 def measure(name, seed):
-    """-> the measurements of one run: read from runs/<name>-s<seed>.json once it was measured
-    (a fresh clone with the committed results retrains nothing); else the run is trained, unless
-    it finished, and measured."""
+    """-> the measurements of one run: runs/<name>-s<seed>.json once it was measured (a fresh clone
+    with the committed results retrains nothing); else the run is trained if need be, measured."""
     path = os.path.join(results, 'runs', f'{name}-s{seed}.json')
     if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
     train(name, seed)
-    model, _ = load_checkpoint(os.path.join(run_dir(name, seed), 'ckpt.pt'), device)
-    model.eval()
+    model = load_checkpoint(os.path.join(run_dir(name, seed), 'ckpt.pt'), device)[0].eval()
     T = model.config.block_size
     rows = ev.val_rows(load_tokens(TOPICS, 'val'), T, eval_iters * batch_size, seed=1337)
     docs, _, x, real, _ = ev.doc_rows(TOPICS, T, max_docs=200)
@@ -339,37 +318,35 @@ def measure(name, seed):
         _, _, x, real, _ = ev.doc_rows(SFT, T, max_docs=10_000)  # all of them
         out['sft'] = measure_sft(model, x, real, load_meta(SFT)['eot'])
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + '.tmp', 'w') as f:
+    with saving(path, 'of the measurements') as tmp, open(tmp, 'w') as f:  # never half-written
         json.dump(out, f, indent=1)
-    os.replace(path + '.tmp', path)  # whole or not at all: a half-written file is never read
     print(f"measured {name} seed {seed}: {path}", flush=True)
     return out
 
 def campaign(names):
-    """-> name -> seed -> measurements, `jobs` runs at a time, each on one thread. First the runs
-    that others start from (two jobs never train one run), then every measurement."""
+    """-> name -> seed -> measurements, `jobs` runs at a time, each on one thread: first the runs
+    trained from scratch (two jobs never train one run: a fine-tuning trains its base), then all."""
     if jobs > 1:  # one thread each: two jobs on two threads each fight for the cores
         torch.set_num_threads(1)
         os.environ['OMP_NUM_THREADS'] = '1'  # (the train.py processes)
-    done = lambda name, seed: os.path.exists(os.path.join(results, 'runs', f'{name}-s{seed}.json'))
-    first = [(n, s) for s in seeds for n in dict.fromkeys([MODELS[n][1] or n for n in names])
-             if any(MODELS[m][1] == n or m == n for m in names if not done(m, s))
-             and MODELS[n][0] is not None and MODELS[n][1] is None]
+    every = [(n, s) for s in seeds for n in names]
+    first = dict.fromkeys((MODELS[n][1] or n, s) for n, s in every  # each trained from scratch
+                          if not os.path.exists(os.path.join(results, 'runs', f'{n}-s{s}.json')))
     with ThreadPoolExecutor(jobs) as pool:
         list(pool.map(lambda run: train(*run), first))
-        out = dict(zip([(n, s) for s in seeds for n in names],
-                       pool.map(lambda run: measure(*run), [(n, s) for s in seeds for n in names])))
+        out = dict(zip(every, pool.map(lambda run: measure(*run), every)))
     return {n: {s: out[n, s] for s in seeds} for n in names}
 
 # ----------------------------------------------------------------------------- the findings
 DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
                 'exit-10-detach', 'exit-10-late', 'exit-10-early', 'exit-10-sham-noise',
-                'exit-10-sham-fixed']
+                'exit-10-sham-fixed']  # (probe, embed, inject: results/depth's, since removed)
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
              *ACT_MODELS]
 PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
+KS = [1, 2, 4, 8, 12]  # the fixed depths a table shows
 
 def stats(values):
     """-> (mean, standard error of the mean) over the seeds."""
@@ -380,8 +357,13 @@ def pm(values, digits=3):
     mean, se = stats(values)
     return f"{mean:.{digits}f} ± {se:.{digits}f}"
 
-# t(0.975, n-1): a mean difference over n seeds beyond this many standard errors is a finding
-# (5% two-sided, Student's t with n-1 degrees of freedom); 2 seeds are never enough
+def cell(runs, name, value, digits=3):  # value(run) over the model's seeds: mean ± SE
+    return pm([value(r) for r in runs[name].values()], digits)
+
+def any_run(runs, name):  # what its seeds share: the shape, the data's counts
+    return next(iter(runs[name].values()))
+
+# t(0.975, n-1) over n seeds: Student's t, 5% two-sided, n-1 degrees of freedom (verdict)
 T975 = {3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
 
 def verdict(diffs):
@@ -425,7 +407,8 @@ def k1_penalty(run):  # how much worse one iteration is than the best depth
 
 def policy_rows(runs, name, policy, base=None):
     """One row per threshold: compute, depth and NLL over the seeds, and the NLL minus the base
-    model's own envelope at the same compute, seed by seed (< 0: the policy beats uniform depth)."""
+    model's own envelope at the same compute, seed by seed (< 0: the policy beats uniform depth;
+    one model's policies see the same weights and rows, so they are compared within a seed)."""
     per_seed = {s: r['val'][policy] for s, r in runs[name].items()
                 if policy in r['val'] and s in runs[base or name]}
     rows = []
@@ -438,39 +421,26 @@ def policy_rows(runs, name, policy, base=None):
     return rows
 
 def tradeoff(runs, names):
-    ks = [1, 2, 4, 8, 12]
-    out = ["## 1-2. The trade-off law: val NLL at fixed depth k\n",
-           table(['model', *[f'k={k}' for k in ks], 'k=1 minus best'],
-                 [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks],
-                   pm([k1_penalty(r) for r in runs[n].values()])] for n in names]),
-           differences([('single minus multi: the k=1 penalty', paired(runs, 'single', 'multi',
-                                                                       k1_penalty)),
-                        ('single minus multi: NLL at k=1', paired(runs, 'single', 'multi', at(1))),
-                        ('single minus multi: NLL at k=12', paired(runs, 'single', 'multi',
-                                                                   at(12))),
-                        ('exit-0.1 minus multi: NLL at k=12', paired(runs, 'exit-0.1', 'multi',
-                                                                     at(12))),
-                        ('exit-0.1 minus single: NLL at k=12', paired(runs, 'exit-0.1', 'single',
-                                                                      at(12))),
-                        ('exit-10 minus multi: NLL at k=12', paired(runs, 'exit-10', 'multi',
-                                                                    at(12))),
-                        ('exit-0.1 minus exit-10: NLL at k=12', paired(runs, 'exit-0.1', 'exit-10',
-                                                                       at(12)))]),
-           "\nConfidence and the fixed point against k: the mean top probability and the mean "
-           "relative residual |z_k - z_(k-1)| / |z_(k-1)| of the last step, at each fixed depth:\n"]
-    rows = [[n, k, pm([at(k)(r) for r in runs[n].values()]),
-             pm([r['val']['fixed'][k - 1]['maxprob'] for r in runs[n].values()]),
-             pm([r['val']['fixed'][k - 1]['resid'] for r in runs[n].values()], 4)]
-            for n in names[:2] for k in range(1, 13)]
-    return '\n'.join(out + [table(['model', 'k', 'NLL', 'mean maxprob', 'mean residual'], rows)])
+    named = [('single minus multi: the k=1 penalty', paired(runs, 'single', 'multi', k1_penalty))]
+    named += [(f"{a} minus {b}: NLL at k={k}", paired(runs, a, b, at(k))) for a, b, k in [
+        ('single', 'multi', 1), ('single', 'multi', 12), ('exit-0.1', 'multi', 12),
+        ('exit-0.1', 'single', 12), ('exit-10', 'multi', 12), ('exit-0.1', 'exit-10', 12)]]
+    fixed = lambda k, key: lambda r: r['val']['fixed'][k - 1][key]
+    rows = [[n, k, cell(runs, n, at(k)), cell(runs, n, fixed(k, 'maxprob')),
+             cell(runs, n, fixed(k, 'resid'), 4)] for n in names[:2] for k in range(1, 13)]
+    return '\n'.join([
+        "## 1-2. The trade-off law: val NLL at fixed depth k\n",
+        table(['model', *[f'k={k}' for k in KS], 'k=1 minus best'],
+              [[n, *[cell(runs, n, at(k)) for k in KS], cell(runs, n, k1_penalty)] for n in names]),
+        differences(named),
+        "\nConfidence and the fixed point against k: the mean top probability and the mean "
+        "relative residual |z_k - z_(k-1)| / |z_(k-1)| of the last step, at each fixed depth:\n",
+        table(['model', 'k', 'NLL', 'mean maxprob', 'mean residual'], rows)])
 
 def depth_signals(runs, suffix=''):
-    """What makes exit-10 train better: each arm is multi-depth supervision plus one change (a
-    way for the tied block to know its depth, or a longer warmup), paired by seed with multi,
-    single and exit-10 of the same schedule (suffix: '', '-1500' or '-wide')."""
+    """What makes exit-10 train better: each arm is multi-depth supervision plus one change, paired
+    by seed with multi, single, exit-10 and exit-10-early of its schedule ('', '-1500', '-wide')."""
     names = [n + suffix for n in ['single', 'multi', *DEPTH_MODELS] if runs.get(n + suffix)]
-    ks = [1, 2, 4, 8, 12]
-    rows = [[n, *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]] for n in names]
     bases = [base + suffix for base in ('multi', 'single', 'exit-10', 'exit-10-early')]
     values = [('NLL at k=1', at(1)), ('NLL at k=12', at(12)), ('the k=1 penalty', k1_penalty)]
     named = [(f"{n} minus {base}: {what}", paired(runs, n, base, value))
@@ -478,22 +448,23 @@ def depth_signals(runs, suffix=''):
              for what, value in values]
     which = f" (the {suffix[1:]} schedule)" if suffix else ''
     return '\n'.join([f"## 10. What makes the exit gate's model train better{which}\n",
-                      table(['model', *[f'k={k}' for k in ks]], rows), differences(named)])
-
-EXIT_HEADER = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minus own envelope',
-               'verdict']
+                      table(['model', *[f'k={k}' for k in KS]],
+                            [[n, *[cell(runs, n, at(k)) for k in KS]] for n in names]),
+                      differences(named)])
 
 def exits(runs, names):
+    header = ['model', 'policy', 't', 'MFLOP/token', 'mean depth', 'NLL', 'minus own envelope',
+              'verdict']
     policies = ['frozen maxprob', 'selection maxprob', 'frozen resid', 'selection resid',
                 'frozen learned', 'oracle']
     act = [row for n in ACT_MODELS if runs.get(n)
            for row in policy_rows(runs, n, 'ACT', base='single')]
     out = ["## 3, 9. Per-token depth against the model's own uniform depth, in FLOPs per token\n",
-           table(EXIT_HEADER, [row for n in names for policy in policies
-                               for row in policy_rows(runs, n, policy)])]
+           table(header, [row for n in names for policy in policies
+                          for row in policy_rows(runs, n, policy)])]
     if act:
         out += ["\nACT, against the envelope of the single-depth model of the same seed (its "
-                "shape):\n", table(EXIT_HEADER, act)]
+                "shape):\n", table(header, act)]
     out.append("\nThe best envelope across the fixed-depth models (per seed, the lowest there):\n")
     best = [[k, f"{x / 1e6:.2f}", pm(per_seed)] for k, x, per_seed in best_envelope(runs, names)]
     return '\n'.join(out + [table(['depth', 'MFLOP/token', 'best NLL'], best)])
@@ -501,31 +472,26 @@ def exits(runs, names):
 def best_envelope(runs, names):
     """-> [(k, its FLOPs, [per seed: the lowest envelope of the models there])] at each depth k
     of the first model (the models share its shape: single-depth's, where it is there)."""
-    out = []
-    for p in next(iter(runs[names[0]].values()))['val']['fixed']:
-        per_seed = [min(envelope(runs[n][s])(p['flops']) for n in names if s in runs[n])
-                    for s in sorted(runs[names[0]])]
-        out.append((p['t'], p['flops'], per_seed))
-    return out
+    return [(p['t'], p['flops'], [min(envelope(runs[n][s])(p['flops']) for n in names
+                                      if s in runs[n]) for s in sorted(runs[names[0]])])
+            for p in any_run(runs, names[0])['val']['fixed']]
 
 def training(runs, names):
     alphas = lambda n: ' / '.join(pm(a) for a in zip(*[r['alphas'] for r in runs[n].values()]))
-    rows = [[n, pm([trained(r) for r in runs[n].values()]),
-             f"{next(iter(runs[n].values()))['train_flops'] / 1e6:.2f}", alphas(n)] for n in names]
+    rows = [[n, cell(runs, n, trained), f"{any_run(runs, n)['train_flops'] / 1e6:.2f}", alphas(n)]
+            for n in names]
     return '\n'.join([
         "## 4. Phantom gradient, 6. multi-sandwich: val NLL at the trained depth\n",
         table(['model', 'val NLL', 'training MFLOP/token', 'alphas'], rows),
-        differences([('phantom minus single', paired(runs, 'phantom', 'single', trained)),
-                     ('sandwich3 minus single', paired(runs, 'sandwich3', 'single', trained)),
-                     ('single minus plain', paired(runs, 'single', 'plain', trained))])])
+        differences([(f"{a} minus {b}", paired(runs, a, b, trained)) for a, b in
+                     [('phantom', 'single'), ('sandwich3', 'single'), ('single', 'plain')]])])
 
 def documents(runs, names):
     suffix = lambda key: lambda r: r['docs']['suffix'][key]
-    rows = [[n, pm([suffix('masked')(r) for r in runs[n].values()]),
-             pm([suffix('unmasked')(r) for r in runs[n].values()]),
-             f"{next(iter(runs[n].values()))['docs']['suffix']['pad_fraction']:.1%}",
-             *[pm([r['docs']['probes'][p] or 0 for r in runs[n].values()], 2) for p in PROBES]]
-            for n in names]
+    probe = lambda p: lambda r: r['docs']['probes'][p] or 0  # (None: no loop, a constant signal)
+    rows = [[n, cell(runs, n, suffix('masked')), cell(runs, n, suffix('unmasked')),
+             f"{suffix('pad_fraction')(any_run(runs, n)):.1%}",
+             *[cell(runs, n, probe(p), 2) for p in PROBES]] for n in names]
     return '\n'.join([
         "## 5. Padding, and 6b. the probes (Pearson r with the NLL), on the held-out documents\n",
         table(['model', 'suffix masked', 'suffix unmasked', 'pad',
@@ -536,14 +502,13 @@ def act_depths(runs, names):
     for n in names:
         per_seed = list(runs[n].values())
         groups = [(g, t) for g in ('topics', 'classes') for t in per_seed[0]['docs'][g]]
-        value = lambda r, g, t, key: r['docs'][g][t][key]
+        value = lambda key, g, t: lambda r: r['docs'][g][t][key]
         out.append(f"`{n}` (halt_penalty {n.split('-')[1]}):\n")
         out.append(table(['', *[t for _, t in groups]], [
-            ['mean depth', *[pm([value(r, g, t, 'mean_depth') for r in per_seed], 2)
-                             for g, t in groups]],
-            ['NLL', *[pm([value(r, g, t, 'nll') for r in per_seed]) for g, t in groups]],
-            ['tokens', *[value(per_seed[0], g, t, 'tokens') for g, t in groups]]]))
-        depth = lambda r, t, g='topics': value(r, g, t, 'mean_depth')
+            ['mean depth', *[cell(runs, n, value('mean_depth', g, t), 2) for g, t in groups]],
+            ['NLL', *[cell(runs, n, value('nll', g, t)) for g, t in groups]],
+            ['tokens', *[value('tokens', g, t)(per_seed[0]) for g, t in groups]]]))
+        depth = lambda r, t, g='topics': value('mean_depth', g, t)(r)
         topics = list(per_seed[0]['docs']['topics'])
         mean = {t: np.mean([depth(r, t) for r in per_seed]) for t in topics}
         hi, lo = max(mean, key=mean.get), min(mean, key=mean.get)  # (picked after the fact)
@@ -558,15 +523,22 @@ def act_depths(runs, names):
 
 def sft(runs, names):
     value = lambda key: lambda r: r['sft'][key]
-    first = next(iter(runs[names[0]].values()))['sft']
-    metrics = [('answers (masked)', value('answer')), ('answers + pad', value('with_pad')),
-               ('suffix masked', lambda r: r['sft']['suffix']['masked']),
-               ('suffix unmasked', lambda r: r['sft']['suffix']['unmasked']),
-               ('topics docs, real tokens', lambda r: r['docs']['nll'])]
+    suffix = lambda key: lambda r: r['sft']['suffix'][key]
+    answers, padded, topics = value('answer'), value('with_pad'), lambda r: r['docs']['nll']
+    metrics = [('answers (masked)', answers), ('answers + pad', padded),
+               ('suffix masked', suffix('masked')), ('suffix unmasked', suffix('unmasked')),
+               ('topics docs, real tokens', topics)]
     ranks = [[s, what, ' < '.join(sorted(names, key=lambda n: f(runs[n][s])))]
              for s in sorted(set.intersection(*[set(runs[n]) for n in names]))
              for what, f in metrics[:2]]
-    topics = metrics[4][1]
+    named = [('SFT cost on topics: sft minus single', 'sft', 'single', topics),
+             ('SFT cost on topics: plain-sft minus plain', 'plain-sft', 'plain', topics),
+             ('tied minus plain, PT, topics', 'single', 'plain', topics),
+             ('tied minus plain, SFT answers', 'sft', 'plain-sft', answers),
+             ('tied minus plain, SFT answers + pad', 'sft', 'plain-sft', padded),
+             ('pad-trained minus pad-ignored, answers', 'sft', 'sft-nopad', answers),
+             ('pad-trained minus pad-ignored, answers + pad', 'sft', 'sft-nopad', padded)]
+    first = any_run(runs, names[0])['sft']
     return '\n'.join([
         "## 8. SFT on held-out samples, and the ranking flip\n",
         f"The held-out SFT samples: {first['answer_tokens']:,} answer tokens (answers and their "
@@ -574,20 +546,9 @@ def sft(runs, names):
         f"(targets 96..127) holds {first['suffix_tokens']:,} real tokens "
         f"({first['suffix']['pad_fraction']:.1%} of it is pad).\n",
         table(['model', *[what for what, _ in metrics]],
-              [[n, *[pm([f(r) for r in runs[n].values()]) for _, f in metrics]] for n in names]),
+              [[n, *[cell(runs, n, f) for _, f in metrics]] for n in names]),
         table(['seed', 'ranked by', 'models, best first'], ranks),
-        differences([
-            ('SFT cost on topics: sft minus single', paired(runs, 'sft', 'single', topics)),
-            ('SFT cost on topics: plain-sft minus plain', paired(runs, 'plain-sft', 'plain',
-                                                                 topics)),
-            ('tied minus plain, PT, topics', paired(runs, 'single', 'plain', topics)),
-            ('tied minus plain, SFT answers', paired(runs, 'sft', 'plain-sft', value('answer'))),
-            ('tied minus plain, SFT answers + pad', paired(runs, 'sft', 'plain-sft',
-                                                           value('with_pad'))),
-            ('pad-trained minus pad-ignored, answers', paired(runs, 'sft', 'sft-nopad',
-                                                              value('answer'))),
-            ('pad-trained minus pad-ignored, answers + pad', paired(runs, 'sft', 'sft-nopad',
-                                                                    value('with_pad')))])])
+        differences([(what, paired(runs, a, b, f)) for what, a, b, f in named])])
 
 def findings(runs):
     """-> the findings page (markdown): every table, from the measured runs."""
@@ -618,13 +579,12 @@ def findings(runs):
 def tuning(runs):
     """Section 11: each tuned arm (TUNE) beside its model at the configs' settings, and the
     differences that decide: an arm minus its model, and between models at the same settings."""
-    order = lambda n: (list(MODELS).index(n.partition('+')[0]), n)
-    arms = sorted([n for n in runs if '+' in n and runs[n]], key=order)
-    bases = [n for n in dict.fromkeys(a.split('+')[0] for a in arms) if runs.get(n)]
-    ks = [1, 12]
-    rows = [[n, len(runs[n]), *[pm([at(k)(r) for r in runs[n].values()]) for k in ks]]
-            for n in bases + arms]
     base, settings = (lambda n: n.partition('+')[0]), (lambda n: n.partition('+')[2])
+    arms = sorted([n for n in runs if '+' in n and runs[n]],
+                  key=lambda n: (list(MODELS).index(base(n)), n))
+    bases = [n for n in dict.fromkeys(map(base, arms)) if runs.get(n)]
+    ks = [1, 12]
+    rows = [[n, len(runs[n]), *[cell(runs, n, at(k)) for k in ks]] for n in bases + arms]
     named = [(f"{a} minus {base(a)}: NLL at k={k}", paired(runs, a, base(a), at(k)))
              for a in arms for k in ks]
     named += [(f"{a} minus {b}: NLL at k=12", paired(runs, a, b, at(12)))  # gated minus ungated
@@ -636,6 +596,7 @@ def tuning(runs):
 def schedule(suffix):  # the fixed-depth models of one schedule: '' (750 steps), '-1500', '-wide'
     return [n + suffix for n in FIXED_MODELS if n + suffix in MODELS]
 
+# ----------------------------------------------------------------------------- the chart
 def ticks(lo, hi, n=5):
     """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
     raw = (hi - lo) / n
@@ -645,9 +606,9 @@ def ticks(lo, hi, n=5):
 
 CHART_W, CHART_H = 520, 240  # one chart, in pixels; the legend takes the right 150
 
-def svg_chart(title, series, xlabel='mean loop iterations per token', ylabel='val NLL'):
-    """A line chart in plain SVG: axes with ticks and gridlines, a point per value, a legend.
-    series: [(name, colour, [(x, y)])]."""
+def svg_chart(title, series):
+    """A line chart of val NLL against forward MFLOP per token in plain SVG: axes with ticks and
+    gridlines, a point per value, a legend. series: [(name, colour, [(x, y)])]."""
     points = [p for _, _, ps in series for p in ps] or [(0, 0)]
     (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0)
     x1, y1 = max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)  # a flat line still gets an axis
@@ -666,8 +627,8 @@ def svg_chart(title, series, xlabel='mean loop iterations per token', ylabel='va
                    f'text-anchor="end">{y:.3g}</text>')
     svg.append(f'<polyline fill="none" stroke="black" points="{left},{top} {left},{bottom} '
                f'{right},{bottom}"/><text x="{(left + right) / 2}" y="{CHART_H - 6}" '
-               f'text-anchor="middle">{xlabel}</text><text transform="translate(12,'
-               f'{(top + bottom) / 2}) rotate(-90)" text-anchor="middle">{ylabel}</text>')
+               f'text-anchor="middle">forward MFLOP per token</text><text transform="translate('
+               f'12,{(top + bottom) / 2}) rotate(-90)" text-anchor="middle">val NLL</text>')
     for i, (name, colour, ps) in enumerate(series):
         ps = sorted(dict(ps).items())  # one point per x
         line = ' '.join(f"{px(x):.1f},{py(y):.1f}" for x, y in ps)
@@ -680,38 +641,30 @@ def svg_chart(title, series, xlabel='mean loop iterations per token', ylabel='va
                    f'y="{ly + 4}">{html.escape(name)}</text>')
     return ''.join(svg) + '</svg>'
 
-# ----------------------------------------------------------------------------- the chart
 def mean_points(runs, name, policy):  # [(MFLOP, NLL)] of a policy, each the mean over the seeds
     per_seed = [r['val'][policy] for r in runs[name].values() if policy in r['val']]
     return [(np.mean([p[i]['flops'] for p in per_seed]) / 1e6,
              np.mean([p[i]['nll'] for p in per_seed])) for i in range(len(per_seed[0]))]
 
-def schedule_charts(runs, names, series_of):
-    """One chart per model of one schedule, each with the best envelope of them all."""
-    best = [(x / 1e6, np.mean(per_seed)) for _, x, per_seed in best_envelope(runs, names)]
-    charts = []
-    for n in names:
-        series = [(policy, colour, mean_points(runs, n, policy))
-                  for policy, colour in series_of.items()
-                  if policy in next(iter(runs[n].values()))['val']]
-        series.append(('best of any model', 'gray', best))
-        charts.append(svg_chart(f"{n}: val NLL against compute (mean of the seeds)", series,
-                                xlabel='forward MFLOP per token'))
-    return charts
-
 def chart(runs):
-    """One chart per fixed-depth model: its fixed depths, exits and oracle; then ACT's points
-    beside the single-depth model's fixed depths. x: forward MFLOP per token."""
+    """One chart per fixed-depth model of each schedule: its fixed depths, exits and oracle beside
+    the best envelope of that schedule's models; then ACT's points beside single's fixed depths."""
     series_of = {'fixed': 'black', 'frozen maxprob': 'crimson', 'frozen resid': 'darkorange',
                  'frozen learned': 'seagreen', 'oracle': 'steelblue'}
     charts = []
     for names in [[n for n in schedule(sfx) if runs.get(n)] for sfx in ('', '-1500', '-wide')]:
-        charts += schedule_charts(runs, names, series_of) if names else []
+        best = [(x / 1e6, np.mean(per_seed)) for _, x, per_seed in
+                (best_envelope(runs, names) if names else [])]
+        for n in names:
+            series = [(policy, colour, mean_points(runs, n, policy))
+                      for policy, colour in series_of.items() if policy in any_run(runs, n)['val']]
+            charts.append(svg_chart(f"{n}: val NLL against compute (mean of the seeds)",
+                                    series + [('best of any model', 'gray', best)]))
     act = [p for n in ACT_MODELS if runs.get(n) for p in mean_points(runs, n, 'ACT')]
     if act and runs.get('single'):
         charts.append(svg_chart("ACT at three penalties, beside single's fixed depths",
                                 [('single: fixed', 'black', mean_points(runs, 'single', 'fixed')),
-                                 ('ACT', 'purple', act)], xlabel='forward MFLOP per token'))
+                                 ('ACT', 'purple', act)]))
     body = ''.join(f'<g transform="translate(0,{CHART_H * i})">{c}</g>'
                    for i, c in enumerate(charts))
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{CHART_W}" '
