@@ -103,6 +103,11 @@ def test_eval_json_report_and_html(tmp_path):
     assert r['early_exit'] and all({'threshold', 'mean_depth', 'nll', 'uniform_nll'} <= set(c) for c in r['early_exit'])
     assert set(r['topics']) == {'code', 'news', 'chat'}
     assert all({'nll', 'mean_depth', 'tokens'} <= set(t) for t in r['topics'].values())
+    # a fixed-depth model: every prediction runs the trained 2 iterations, and k in the scan
+    assert all(t['mean_depth'] == 2.0 for t in r['topics'].values()), r['topics']
+    assert all(s['mean_depth'] == s['k'] for s in r['depth_scan']), r['depth_scan']
+    exits = sorted(r['early_exit'], key=lambda c: c['threshold'])  # a higher threshold stops fewer tokens early
+    assert all(1 <= a['mean_depth'] <= b['mean_depth'] <= 2 for a, b in zip(exits, exits[1:])), exits
     assert r['topics']['chat']['tokens'] == 2  # 'h' -> 'i', 'i' -> EOT
     assert isinstance(r['residual_probe_r'], float) and len(r['alphas']) == 1 and r['skipped_lines'] == 2
     assert set(r['probes']) == {'relative residual', 'absolute residual', 'entropy'}

@@ -365,17 +365,25 @@ def test_multi_depth_supervision_one_segment():
 
 
 def test_multi_depth_supervision_across_segments():
+    """Depths 1 and 3 of (2, 2), counted across the segments, and the last: the loss is their losses' mean. The tied
+    blocks' weights x10 make the depths' losses far apart, so that a wrong depth or a wrong mean shows."""
     m = peaky(loops=(2, 2), supervise=(1, 3), alpha_init=0.5)
+    with torch.no_grad():
+        for seg in m.segments:
+            for p in seg.block.parameters():
+                p.mul_(10 if p.dim() >= 2 else 1)
     idx, tgt = batch()
     _, loss, info = m(idx, tgt)
     assert set(info['losses']) == {1, 3, 4}
-    assert torch.allclose(loss, sum(info['losses'].values()) / 3)
     with torch.no_grad():
         a, b = m.segments
         z1 = step(a, embed(m, idx))
         z3 = step(b, step(a, z1))
-        assert torch.allclose(info['losses'][1], ce(m.readout(z1), tgt), atol=1e-6)
-        assert torch.allclose(info['losses'][3], ce(m.readout(z3), tgt), atol=1e-6)
+        by_hand = {d: ce(m.readout(z), tgt).item() for d, z in ((1, z1), (3, z3), (4, step(b, z3)))}
+    assert min(abs(x - y) for x in by_hand.values() for y in by_hand.values() if x != y) > 0.03, by_hand
+    for d, want in by_hand.items():
+        assert info['losses'][d].item() == pytest.approx(want, abs=1e-5), (d, info['losses'][d], want)
+    assert loss.item() == pytest.approx(sum(by_hand.values()) / 3, abs=1e-5), (loss, by_hand)
     loss.backward()
     assert m.segments[1].block.mlp.w1.weight.grad.abs().sum() > 0
 

@@ -201,17 +201,25 @@ def test_gate_sham_adds_the_gates_size_not_its_direction(job):
 @work
 def act_log_shows_depth_and_ponder(d):
     make_data(d)
-    return run(d, 'train.py', *TINY, '--act=True', '--loops=(3,)', '--max_iters=2', '--eval_interval=100')
+    return run(d, 'train.py', *TINY, '--act=True', '--loops=(3,)', '--max_iters=2', '--eval_interval=100',
+               '--dtype=float32')
 
 
 def test_act_log_shows_depth_and_ponder(job):
+    """ponder is the mean of N + R (N: a token's steps, R: the remainder 1 - its h before the halting step). The
+    gate starts at zero weights and bias -3: h = sigmoid(-3) at every step, never 1 - eps in 3 steps, so every
+    token runs all 3 and R = 1 - 2 sigmoid(-3); one step of warmup later the gate has barely moved."""
     lines = log_lines(ok(job))
     assert len(lines) == 2
     for line in lines:
         m = re.search(r'depth (\d+\.\d+) ponder (\d+\.\d+)', line)
         assert m, line
         depth, ponder = map(float, m.groups())
-        assert 1 <= depth <= 3 and ponder >= depth  # mean loops used; ponder = N + R >= N
+        assert depth + 0.01 <= ponder <= depth + 1  # per token N + eps < N + R <= N + 1 (eps 0.01)
+        want = 3 + 1 - 2 * torch.sigmoid(torch.tensor(-3.0)).item()  # N + R = 3.905
+        assert depth == 3.0 and abs(ponder - want) <= 0.02, line
+        if line.startswith('iter 1:'):  # the first step's forward: the gate at its start, exactly
+            assert m.group(2) == f'{want:.2f}', line
         assert re.search(r'alpha \d\.\d+', line), line
 
 
