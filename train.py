@@ -75,7 +75,7 @@ TRAIN_RULES = ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interv
                'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
                'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
                'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-               guards.DTYPE_RULE, '0 <= seed < 2**24',  # (seed << 32 + rank << 56: 64 bits)
+               guards.DTYPE_RULE, '0 <= seed < 2**64',
                'len(gate_detached) == 2 and (exit_gate or gate_detached[0] >= gate_detached[1])',
                "gate_sham in ('', 'noise', 'fixed')", 'not gate_sham or exit_gate']
 # -----------------------------------------------------------------------------
@@ -186,6 +186,11 @@ def estimate_loss():
     print(f"iter {iter_num}: train loss {out['train']:.4f}, val loss {out['val']:.4f}")
     return out
 
+def step_seed(*stream):
+    """A 32-bit seed of its own for (seed, iter_num, stream). torch's CPU generator keeps a seed's
+    low 32 bits: with (seed << 32) + iter_num, every seed drew the same batches."""
+    return int(np.random.SeedSequence([seed, iter_num, *stream]).generate_state(1)[0])
+
 def get_lr(it):  # linear warmup, then cosine decay to min_lr
     if it < warmup_iters:
         return learning_rate * (it + 1) / (warmup_iters + 1)
@@ -213,7 +218,7 @@ def sham_step(rows_of_step):
             loss = model(*get_batch(train_data, rows))[1]
         (loss / micro_steps).backward(inputs=lm)
     raw_model.exit_gate.detached = True
-    gen = torch.Generator().manual_seed((seed << 32) + iter_num + (1 << 31))  # (not the batch's)
+    gen = torch.Generator().manual_seed(step_seed(2))  # (not the batch's)
     if gate_sham == 'fixed' and not fixed:
         gen_fixed = torch.Generator().manual_seed(seed)
         fixed.extend(torch.randn(p.shape, generator=gen_fixed) for p in lm)
@@ -267,11 +272,9 @@ while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
         group['lr'] = lr
-    # a step's randomness depends on (seed, iter_num, rank) only: a resumed run is bitwise the same,
-    # and two seeds share no batch (with seed + iter_num, seed 2 would replay seed 1 a step later)
-    step_seed = (seed << 32) + iter_num
-    gen = torch.Generator().manual_seed(step_seed)  # the batch: alike on all ranks
-    torch.manual_seed(step_seed + (rank << 56))  # dropout: each rank its own
+    # a step's randomness depends on (seed, iter_num, rank) only: a resumed run is bitwise the same
+    gen = torch.Generator().manual_seed(step_seed(0))  # the batch: alike on all ranks
+    torch.manual_seed(step_seed(1, rank))  # dropout: each rank its own
     # the global batch: gradient_accumulation_steps rows of positions; this rank's share
     ix = draw(train_data, (gradient_accumulation_steps, batch_size), gen)
     if raw_model.exit_gate is not None:  # in the window, the gate's gradient stops at the gate

@@ -79,8 +79,6 @@ def two_seeds_share_no_batch_and_no_two_steps_repeat_one(d):
     return [run(d, 'train.py', *TINY, *still, f'--seed={s}', f'--out_dir=seed{s}') for s in (1, 2)], d
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (train.py): torch's CPU generator keeps a seed's low 32 bits only, so "
-                   "(seed << 32) + iter_num is iter_num: every seed draws the same batches")
 def test_two_seeds_share_no_batch_and_no_two_steps_repeat_one(job):
     (one, two), d = job
     w0 = load(d / 'out' / 'ckpt.pt')['model']
@@ -122,8 +120,6 @@ def each_ddp_rank_draws_its_own_dropout(d):
     return d
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (train.py): torch's CPU generator keeps a seed's low 32 bits only, so "
-                   "step_seed + (rank << 56) is the same seed on every rank: the ranks' dropout masks are alike")
 def test_each_ddp_rank_draws_its_own_dropout(job):
     d = job
     gap = {}
