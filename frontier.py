@@ -93,7 +93,7 @@ def tuned(name):
         args.append(f"--{TUNE[key]}={knob[len(key):]}")
     return args, None
 
-seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights and batch order)
+seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights and batches)
 models = ''  # '' = the study's (STUDY); or some, comma-separated: 'single,multi'
 jobs = 1  # runs trained and measured at a time, each on one thread (2 on a 2-core machine)
 runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
