@@ -1,61 +1,34 @@
-"""
-The seatbelts: what guards a run and teaches nothing about looped models. Skip this file on a
-first read; every script calls it in one line. Here: bad input's error class and hook, the rules
-machinery, each check of a path, checkpoint, device, data folder, exit or resume, the run lock,
-the stop signals, and the atomic saves. Bad input is an InputError whose message names the problem
-and the fix: it prints as one line, 'error: <message>', and nothing the user had is lost.
-"""
-import os
-import re
-import sys
-import glob
-import json
-import fcntl
-import shlex
-import atexit
-import shutil
-import signal
-import pathlib
+"""The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
+Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
+import os, re, sys, glob, json, fcntl, shlex, atexit, shutil, signal, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 import numpy as np
 
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
+DTYPE_RULE = "dtype in ('', 'float32', 'bfloat16')"  # every script's --dtype
+RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 class InputError(ValueError):
-    """Bad input, raised on purpose with a message that names the problem and the fix. Any other
-    exception is a bug until shown otherwise, and keeps its traceback."""
+    """Bad input, raised on purpose. Any other exception is a bug, and keeps its traceback."""
 
-def excepthook(kind, err, tb, _default=sys.excepthook):
-    """nanoloop's error policy, all of it: an InputError prints as one line, 'error: <message>';
-    so do a ValueError that model.py raises on purpose (its checks of its arguments) and running
-    out of memory. Under torchrun only rank 0 prints (every rank meets the same input)."""
-    import torch
-    memory = issubclass(kind, torch.OutOfMemoryError) or "can't allocate memory" in str(err)
-    last = tb
-    while last and last.tb_next:
-        last = last.tb_next
-    from_model = kind is ValueError and last and last.tb_frame.f_code.co_filename.endswith(
-        os.sep + 'model.py')
-    if not (issubclass(kind, InputError) or memory or from_model):
+def excepthook(kind, err, tb, _default=sys.excepthook):  # (torch's OOM by name: no torch import)
+    memory = kind.__name__ == 'OutOfMemoryError' or "can't allocate memory" in str(err)
+    last = traceback.extract_tb(tb)[-1].filename if tb else ''  # where it was raised
+    if not (issubclass(kind, InputError) or memory
+            or kind is ValueError and last.endswith(os.sep + 'model.py')):
         _default(kind, err, tb)
-    elif os.environ.get('RANK', '0') == '0':
+    elif os.environ.get('RANK', '0') == '0':  # (torchrun: every rank meets the same input)
         size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
         fix = 'lower --batch_size' if 'batch_size' in script_keys else 'use a smaller model'
         print(f"error: {f'out of memory ({size and size[0]}): {fix}' if memory else err}",
               file=sys.stderr)
 
-# ----------------------------------------------------------------------------- keys and rules
-DTYPE_RULE = "dtype in ('', 'float32', 'bfloat16')"  # every script's --dtype
-
 def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'
-    if type(value) is str:
-        return f"--{key}={shlex.quote(value)}"
-    return shlex.quote(f"--{key}={value}")
+    return (f"--{key}={shlex.quote(value)}" if type(value) is str
+            else shlex.quote(f"--{key}={value}"))
 
-def check_rules(rules, values, example):
-    """Each rule (like 'batch_size >= 1') must hold for values: the first that does not is bad
-    input, named as typed, with example's values (the defaults) as valid ones where they are."""
+def check_rules(rules, values, example):  # bad input: the first rule values break, e.g. defaults
     def holds(rule, values):
         try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
             return eval(rule, dict(values))
@@ -70,8 +43,7 @@ def check_rules(rules, values, example):
             raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
                              + (f", e.g. {valid}" if fits else ''))
 
-def check_n_loops(model, n_loops):
-    """-> model.depths(n_loops): the depth of each tied segment, or bad input naming the fix."""
+def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input that names the fix
     try:
         return model.depths(n_loops)
     except ValueError:
@@ -80,28 +52,18 @@ def check_n_loops(model, n_loops):
                + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
         raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}") from None
 
-# ----------------------------------------------------------------------------- device and dtype
-def get_device(device=''):
-    """-> the --device to run on ('' = cuda if there is a GPU, else cpu); one that this machine
-    cannot use is bad input, named before anything is read or made."""
+def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else cpu), checked
     import torch
     device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
     try:
         torch.empty(1, device=device)
     except Exception:
-        why = 'no CUDA GPU here' if 'cuda' in device and not torch.cuda.is_available() else ''
-        raise InputError(f"--device={device} is {why or 'not usable on this machine'}: "
-                         "use --device=cpu")
+        why = ' (no CUDA GPU here)' if 'cuda' in device and not torch.cuda.is_available() else ''
+        raise InputError(f"--device={device} is not usable on this machine{why}: use --device=cpu")
     return device
 
 def autocast_dtype(device, dtype='', decode=False, trained=''):
-    """-> (dtype, its autocast context (reusable), a line saying which and why) for the --dtype key
-    on device; '' picks: the dtype the model was trained with (trained: sample.py and eval.py
-    compute as training did), else bfloat16 autocast on CUDA, and on a CPU with bf16 instructions
-    (AMX, AVX-512 BF16: bf16 matmuls ~4x fp32's speed) unless it is to decode (a token at a time,
-    autocast's casts cost more than its matmuls save), float32 on other CPUs (which emulate bf16,
-    slower than fp32). Under autocast the parameters, so the checkpoints, stay float32: only the
-    matmuls run in bf16."""
+    """-> (dtype, its autocast context, which and why): '' is the trained one, else the fastest."""
     import torch
     device_type = 'cuda' if 'cuda' in device else 'cpu'
     why = f"--dtype={dtype}"
@@ -112,39 +74,32 @@ def autocast_dtype(device, dtype='', decode=False, trained=''):
     elif not dtype and decode:
         dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
     elif not dtype:
-        has = [name for name, test in (('AMX', torch.cpu._is_amx_tile_supported),
-                                       ('avx512_bf16', torch.cpu._is_avx512_bf16_supported))
-               if test()]
+        has = (['AMX'] * torch.cpu._is_amx_tile_supported()
+               + ['avx512_bf16'] * torch.cpu._is_avx512_bf16_supported())
         dtype = 'bfloat16' if has else 'float32'
         why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
     ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
     return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
-# ----------------------------------------------------------------------------- checkpoints
-def load_checkpoint(path, device='cpu', key='out_dir'):
-    """-> (model, checkpoint dict). weights_only=True: a checkpoint holds tensors and plain data,
-    never code (unpickling anything else could run it). key: the option that names its folder.
-    A checkpoint of another nanoloop version: the keys that differ are named."""
+def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key: the folder's key
     import torch
     from model import GPT, GPTConfig
-    try:
+    try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         ckpt = torch.load(path, map_location=device, weights_only=True)
         lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
-    except FileNotFoundError:  # the out_dir with a checkpoint whose name is closest, or the newest
+    except FileNotFoundError:  # name the out_dir whose ckpt.pt is closest (a typo), or the newest
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
-        near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]  # a typo's, or newest
-        hint = f": train one first, or set --{key}"
-        if found:
-            hint = f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}"
+        near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]
+        hint = (f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}" if found
+                else f": train one first, or set --{key}")
         raise InputError(f"no checkpoint at {path}{hint}") from None
     except NotADirectoryError:  # --out_dir=run/ckpt.pt: the checkpoint, not its folder
         given = os.path.dirname(path)
         raise InputError(f"--{key}={given} is a file: give the folder that holds ckpt.pt, e.g. "
                          f"--{key}={os.path.dirname(given) or '.'}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
-        why = "is truncated or not a nanoloop checkpoint"
-        if 'Unsupported global' in str(e):
-            why = "is not a safe checkpoint: it holds objects other than tensors and plain data"
+        why = ("is not a safe checkpoint: it holds objects other than tensors and plain data"
+               if 'Unsupported global' in str(e) else "is truncated or not a nanoloop checkpoint")
         raise InputError(f"{path} {why}") from None
     if lacking:  # what the scripts read besides the weights
         raise InputError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
@@ -152,36 +107,16 @@ def load_checkpoint(path, device='cpu', key='out_dir'):
         model = GPT(GPTConfig(**ckpt['model_args']))
         model.load_state_dict(ckpt['model'])
     except (TypeError, ValueError, RuntimeError) as e:
-        why = ' '.join(str(e).split())
-        raise InputError(f"{path} does not fit this version of nanoloop ({why}): use the version "
-                         "that saved it, or train it again") from None
+        raise InputError(f"{path} does not fit this version of nanoloop ({' '.join(str(e).split())}"
+                         "): use the version that saved it, or train it again") from None
     return model.to(device), ckpt
 
-@contextmanager
-def saving(path, what):
-    """Write path + '.tmp', then rename it to path: a crash never leaves half a file. A full or
-    read-only disk is one line, and path stays as it was; no partial file is left behind."""
-    try:
-        yield path + '.tmp'
-        os.replace(path + '.tmp', path)
-    except OSError as e:
-        raise InputError(f"cannot save {path} {what}: {e.strerror}; it is left as it was: free "
-                         "some space, or use another --out_dir") from None
-    finally:
-        with suppress(FileNotFoundError):
-            os.remove(path + '.tmp')
-
-# ----------------------------------------------------------------------------- exits
-def exits(c):
-    """-> the per-token exits a model has, and what it lacks for the others: none with ACT (its gate
-    picks each token's depth) or without a loop; 'learned' with an exit gate."""
+def exits(c):  # -> (the per-token exits a model of config c has, what it lacks for the others)
     if c.act or not c.loops:
         return [], "an ACT gate that picks each token's depth" if c.act else "no tied loop"
     return ['maxprob', 'resid'] + ['learned'] * c.exit_gate, "no exit gate (--exit_gate=True)"
 
-def parse_exit(s, config=None):
-    """'maxprob:0.9' -> ('maxprob', 0.9), the exit= of forward and generate; with a model's config,
-    only an exit that model has (exits)."""
+def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, t = s.partition(':')
     try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
         t = float(t) if kind in ('maxprob', 'resid', 'learned') else -1.0
@@ -196,10 +131,7 @@ def parse_exit(s, config=None):
         raise InputError(f"--exit_at={s}: the model has {lacks}; {fix}")
     return kind, t
 
-# ----------------------------------------------------------------------------- paths
-def check_output(path, key):
-    """Before the work starts: can the file path be written, as a shell user means it? (Missing
-    folders the caller makes.)"""
+def check_output(path, key):  # before any work: can path be written? (missing folders: fine)
     where = os.path.abspath(path)
     while not os.path.exists(where):  # the first part of it that exists
         if os.path.islink(where):
@@ -207,28 +139,22 @@ def check_output(path, key):
                              f"which does not exist: make it, or give another --{key}")
         where = os.path.dirname(where)
     folder = where if where != os.path.abspath(path) else os.path.dirname(where)
-    if os.path.isdir(path):
-        why = f"{path} is a folder"
-    elif not os.path.isdir(folder):
-        why = f"{folder} is a file"
-    elif not (os.access(folder, os.W_OK) and os.access(where, os.W_OK)):
-        why = f"{where} is read-only"
-    else:
-        return
-    raise InputError(f"cannot write {path}: {why}: give another --{key}")
+    for bad, why in ((os.path.isdir(path), f"{path} is a folder"),
+                     (not os.path.isdir(folder), f"{folder} is a file"),
+                     (not (os.access(folder, os.W_OK) and os.access(where, os.W_OK)),
+                      f"{where} is read-only")):
+        if bad:
+            raise InputError(f"cannot write {path}: {why}: give another --{key}")
 
-def folders(value, once=True):
-    """--out_dir='a,b' -> ['a', 'b']; none empty, each once. A folder whose own name has a comma
-    (--out_dir=run-lr3e-3,bs16) is one folder: a name is never split where the user did not."""
-    if os.path.isdir(value):
+def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
+    if os.path.isdir(value):  # --out_dir=run-lr3e-3,bs16: never split where the user did not
         return [value]
     if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
         why = 'an empty name' if '' in names else 'a folder named twice'
         raise InputError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
     return names
 
-def read_text_file(path, what, hint=''):
-    """-> the UTF-8 text of a file the user named (what: how they named it; hint: how to)."""
+def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named
     if not os.path.isfile(path):
         why = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
         raise InputError(f"{what} {path} {why}{hint}")
@@ -238,9 +164,7 @@ def read_text_file(path, what, hint=''):
         raise InputError(f"{what} {path} is not UTF-8 text ({e}): save it as UTF-8") from None
 
 @contextmanager
-def replaced(path):
-    """-> a new folder beside path to build in; once complete it takes path's place whole. After an
-    error or Ctrl-C it goes, and path stays as it was (never half old, half new)."""
+def replaced(path):  # -> a folder to build in; done, it replaces path whole; else path stays
     new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
     os.makedirs(new, exist_ok=True)
     try:
@@ -251,10 +175,9 @@ def replaced(path):
     finally:  # (stopped between the two renames: the old folder goes back)
         if os.path.exists(old) and not os.path.exists(path):
             os.rename(old, path)
-        shutil.rmtree(new, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        for folder in (new, old):
+            shutil.rmtree(folder, ignore_errors=True)
 
-# ----------------------------------------------------------------------------- data folders
 def data_error(path, why):  # -> the error: the file, what is wrong, the fix
     from prepare import DATASETS, split_folder
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
@@ -274,7 +197,7 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
                                                 f"{os.getcwd()}: run from the one that holds it)")
         raise data_error(path, 'not found' + where)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
-        meta = json.loads(pathlib.Path(path).read_bytes())
+        meta = json.load(open(path, 'rb'))
         meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
                 'row': meta.get('row', 0)}
     except (ValueError, TypeError, KeyError) as e:
@@ -300,22 +223,27 @@ def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from d
 def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
     if not os.path.isfile(path):
         raise data_error(path, 'not found')
-    with open(path, 'rb') as f:  # bytes: a line that is not UTF-8 is malformed too
-        rows = [doc_or_none(line) for line in f if line.strip()]
-    return [d for d in rows if d], rows.count(None)
+    lines, docs = [line for line in open(path, 'rb') if line.strip()], []
+    for line in lines:  # skipped: not UTF-8 or JSON (ValueError), not {"topic": str, "text": str}
+        with suppress(ValueError, KeyError, TypeError):
+            d = json.loads(line)
+            if isinstance(d['topic'], str) and isinstance(d['text'], str):
+                docs.append(d)
+    return docs, len(lines) - len(docs)
 
-def doc_or_none(line):  # not UTF-8, not JSON (ValueError), not {"topic": str, "text": str}: None
-    try:
-        d = json.loads(line)
-        return d if isinstance(d['topic'], str) and isinstance(d['text'], str) else None
-    except (ValueError, KeyError, TypeError):
-        return None
+def check_start(model, ckpt, meta, data_dir, block_size):  # a trained model against the data
+    c, tokenizer = model.config, ckpt['meta']['tokenizer']
+    if (tokenizer, c.vocab_size) != (meta['tokenizer'], meta['vocab_size']):
+        raise InputError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
+                         f"{meta['vocab_size']}, but the model was trained on --dataset="
+                         f"{ckpt['config']['dataset']} ({tokenizer}, vocab_size {c.vocab_size}): "
+                         "prepare the data with the model's tokenizer")
+    if block_size > c.block_size:
+        raise InputError(f"block_size={block_size} is larger than the model's {c.block_size}: "
+                         f"lower it (SFT data: prepare rows of at most {c.block_size + 1} tokens)")
 
-# ----------------------------------------------------------------------------- eval.py's run
 def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, thresholds,
-               html):
-    """eval.py: one checkpoint's settings (named as at the top of eval.py), before any work:
-    block size, exit kind, data, the files it writes -> (model, data folder, T, its precision)."""
+               html):  # eval.py's settings for one model -> (model, data_dir, T, precision)
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     c, T = model.config, block_size or model.config.block_size
     if T > c.block_size:
@@ -331,47 +259,36 @@ def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_k
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
     from prepare import dataset_folder, split_folder
     data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
-    if (vocab := load_meta(data_dir)['vocab_size']) != c.vocab_size:
-        raise InputError(f"{data_dir}/meta.json has vocab_size {vocab} but the "
-                         f"checkpoint has {c.vocab_size}: re-run prepare.py for {data_dir} with "
-                         "the tokenizer the model was trained with")
+    check_start(model, ckpt, load_meta(data_dir), data_dir, T)
     check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
     if html:
         check_output(html, 'html')
     precision = autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
     return model.eval(), data_dir, T, precision
 
-# ----------------------------------------------------------------------------- train.py's run
-RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
-
 def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
 
 def run_settings(keys, defaults, rules):
-    """train.py's settings, checked before any work -> (settings, the model it starts from or
-    None, its checkpoint or None). A new run: this command line's (keys: the script's values). A
-    resumed run: its own, as its checkpoint saved them (dtype included), but for the keys this
-    command line gives, which must not change its model, block_size or dataset, and the keys of
-    this invocation (RUN_ONLY). Fine-tuning (init_from=<an out_dir>): this command line's, with
-    the trained model's architecture."""
+    """train.py's settings -> (settings, the model it starts from, its ckpt; or None). Resuming: the
+    run's own but RUN_ONLY and the keys given (which must keep its model, block_size, dataset)."""
     from dataclasses import asdict
     typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
     given = {k for k in keys if keys[k] != defaults[k]} | typed_keys
-    settings, init_from = dict(keys), keys['init_from']
-    ckpt_path = os.path.join(keys['out_dir'], 'ckpt.pt')
+    init_from, ckpt_path = keys['init_from'], os.path.join(keys['out_dir'], 'ckpt.pt')
     check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
-    model = ckpt = None
+    settings, model, ckpt = dict(keys), None, None
     if init_from == 'resume':
         model, ckpt = load_checkpoint(ckpt_path)
         run = {k: v for k, v in ckpt['config'].items() if k in keys and k not in RUN_ONLY}
+        doing, where = 'resuming', keys['out_dir']
     elif init_from not in ('scratch', ''):  # fine-tuning: weights and architecture
         model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from')
         run = {k: v for k, v in asdict(model.config).items()
                if k not in ('vocab_size', 'block_size')}
+        doing, where = 'fine-tuning', init_from
     if ckpt:  # given keys of the model and its data must agree with it
-        doing, where = ('resuming', keys['out_dir']) if init_from == 'resume' else (
-            'fine-tuning', init_from)
         for key in sorted(given & set(run) & {*asdict(model.config), 'dataset'}):
             if settings[key] != run[key]:
                 raise InputError(f"{typed(key, settings[key])}: the run in {where} has "
@@ -384,64 +301,42 @@ def run_settings(keys, defaults, rules):
         raise InputError(f"--gradient_accumulation_steps={steps} counts the micro steps of all "
                          f"{world} processes: give a multiple of {world}, e.g. "
                          f"--gradient_accumulation_steps={world}")
-    settings['device'] = get_device(settings['device'])
-    settings['given'] = given
+    settings.update(device=get_device(settings['device']), given=given)
     return settings, model, ckpt
 
-def check_train_data(s, meta, data_dir, train_data, val_data):
-    """The data against the run s (train.py's settings): SFT rows of block_size + 1 tokens, at
-    least one block in each split, a batch that fits; then that no run is replaced by mistake."""
-    block_size, batch_size = s['block_size'], s['batch_size']
-    if meta['row']:  # SFT data: whole rows, so block_size is the rows' length - 1
-        if 'block_size' in s['given'] and block_size + 1 != meta['row']:
-            raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of "
-                             f"{meta['row']} tokens, so block_size is {meta['row'] - 1}: drop "
-                             f"--block_size, or prepare rows of {block_size + 1}: prepare.py "
-                             f"--dataset=sft --tokenizer={meta['tokenizer']} "
-                             f"--block_size={block_size + 1}")
-        block_size = meta['row'] - 1
+def check_train_data(s, meta, data_dir, train_data, val_data):  # the data vs the settings s
+    block_size, batch_size, row = s['block_size'], s['batch_size'], meta['row']
+    if row and 'block_size' in s['given'] and block_size + 1 != row:  # SFT: rows set block_size
+        raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of {row} tokens, "
+                         f"so block_size is {row - 1}: drop --block_size, or prepare rows of "
+                         f"{block_size + 1}: prepare.py --dataset=sft --tokenizer="
+                         f"{meta['tokenizer']} --block_size={block_size + 1}")
+    block_size = row - 1 if row else block_size
     for name, data in (('train', train_data), ('val', val_data)):
-        if not meta['row'] and len(data) <= block_size + 1:
+        if not row and len(data) <= block_size + 1:
             raise InputError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block "
                              f"of {block_size + 1}: lower --block_size or prepare more data")
-    if batch_size * block_size > train_data.size:  # (a typo, most likely: it would fill memory)
-        raise InputError(f"--batch_size={batch_size}: a batch of {batch_size * block_size:,} "
-                         f"tokens is more than {data_dir}/train.bin holds "
-                         f"({train_data.size:,}): lower it")
+    if (tokens := batch_size * block_size) > train_data.size:  # (a typo? it would fill memory)
+        raise InputError(f"--batch_size={batch_size}: a batch of {tokens:,} tokens is more than "
+                         f"{data_dir}/train.bin holds ({train_data.size:,}): lower it")
     ckpt_path = os.path.join(s['out_dir'], 'ckpt.pt')
     if s['init_from'] != 'resume' and os.path.exists(ckpt_path) and not s['overwrite']:
         raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
                          "or start over on purpose with --overwrite=True (or another --out_dir)")
 
-def check_start(model, ckpt, meta, data_dir, block_size):
-    """A resumed or fine-tuned model against the data: the same tokenizer, blocks that fit."""
-    if (ckpt['meta']['tokenizer'], model.config.vocab_size) != (meta['tokenizer'],
-                                                               meta['vocab_size']):
-        raise InputError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
-                         f"{meta['vocab_size']}, but the run trained on --dataset="
-                         f"{ckpt['config']['dataset']} ({ckpt['meta']['tokenizer']}, vocab_size "
-                         f"{model.config.vocab_size}): prepare the data with the run's tokenizer")
-    if block_size > model.config.block_size:
-        raise InputError(f"block_size={block_size} is larger than the model's "
-                         f"{model.config.block_size}: lower it (SFT data: prepare rows of at most "
-                         f"{model.config.block_size + 1} tokens)")
-
 def check_todo(s, iter_num):
-    ckpt_path = os.path.join(s['out_dir'], 'ckpt.pt')
     if iter_num >= s['max_iters']:
-        at = f"{ckpt_path} is at iter {iter_num} and " if s['init_from'] == 'resume' else ''
-        raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise "
-                         "--max_iters")
+        at = (f"{os.path.join(s['out_dir'], 'ckpt.pt')} is at iter {iter_num} and "
+              if s['init_from'] == 'resume' else '')
+        raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path):
-    if lossf != lossf or lossf in (float('inf'), float('-inf')):
+    if not np.isfinite(lossf):
         raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
                          f"alphas {alphas}. Lower --learning_rate or --alpha_init; "
                          f"{ckpt_path} was not overwritten.")
 
-def lock(out_dir):
-    """One run at a time in out_dir: a lock that the system drops when a run dies. When the run
-    ends, its lock file goes, and an out_dir it made but left empty."""
+def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops if a run dies
     made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     f = open(os.path.join(out_dir, 'train.lock'), 'w')
@@ -450,7 +345,7 @@ def lock(out_dir):
     except BlockingIOError:
         raise InputError(f"another training run is writing to {out_dir}: wait for it to finish, "
                          "or pick another --out_dir") from None
-    def unlock():
+    def unlock():  # the run ends: its lock file goes, and an out_dir it made but left empty
         os.remove(os.path.join(out_dir, 'train.lock'))
         if made and not os.listdir(out_dir):
             os.rmdir(out_dir)
@@ -458,10 +353,7 @@ def lock(out_dir):
     return f
 
 class Stop:
-    """Stopping, all of it: Ctrl-C, SIGTERM and SIGHUP (the terminal closed; not under nohup) only
-    ask to stop; the loop then finishes its step, saves, and exits as a shell reports the signal.
-    The resume command is said at once: after SIGHUP what the run prints goes nowhere. A second
-    signal stops at once (ckpt.pt stays whole: save)."""
+    """Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (a second: stop at once)."""
     def __init__(self, ckpt_path, master):
         self.signals, self.ckpt_path, self.master = [], ckpt_path, master
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -476,30 +368,33 @@ class Stop:
             if self.master:
                 print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
                       f"with  {resume_command()}  (again: stop at once)", flush=True)
-        if signum == signal.SIGHUP:
+        if signum == signal.SIGHUP:  # (the terminal is gone: what the run prints goes nowhere)
             sys.stdout = sys.stderr = open(os.devnull, 'w')
 
-    def asked(self, ddp, device):
-        """Was any process asked to stop? All must agree, or the others would wait forever in the
-        next step's all-reduce."""
+    def asked(self, ddp, device):  # by any process? (all must agree, or the others would hang)
         import torch
-        import torch.distributed as dist
         asked = torch.tensor(float(len(self.signals)), device=device)
         if ddp:
-            dist.all_reduce(asked)
+            torch.distributed.all_reduce(asked)
         return asked.item() > 0
 
     def exit(self):  # a signal: exit as a shell reports it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
         if self.signals:
             sys.exit(128 + self.signals[0])
 
-def save(ckpt, path, iter_num, stop):
-    """torch.save(ckpt, path), atomically (saving); a second signal mid-write stops at once."""
+def save(ckpt, path, iter_num, stop):  # torch.save, atomically: into path.tmp, then renamed
     import torch
     try:
-        with saving(path, f"at iter {iter_num}") as tmp, open(tmp, 'wb') as f:
+        with open(path + '.tmp', 'wb') as f:
             torch.save(ckpt, f)
+        os.replace(path + '.tmp', path)
+    except OSError as e:
+        raise InputError(f"cannot save {path} at iter {iter_num}: {e.strerror}; it is left as it "
+                         "was: free some space, or use another --out_dir") from None
     except RuntimeError:  # torch.save's writer fails when a second signal stops it mid-write
         if len(stop.signals) < 2:
             raise
         raise SystemExit(f"stopped at once; {path} holds the last saved checkpoint") from None
+    finally:  # (no partial file is left behind)
+        with suppress(FileNotFoundError):
+            os.remove(path + '.tmp')

@@ -141,7 +141,7 @@ def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
 
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),
-             'vocab': ([], 'meta.json has vocab_size 300 but the checkpoint has 257'),
+             'vocab': ([], 'meta.json: tokenizer byte, vocab_size 300, but the model was trained on'),
              'ckpt': (['--out_dir=nope'], 'no checkpoint at nope/ckpt.pt')}
     procs = {}
     for name, (args, _) in cases.items():

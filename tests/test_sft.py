@@ -153,7 +153,7 @@ def test_fine_tune_from_an_out_dir(job):
     assert split['config']['dataset'] == 'sft'
     assert losses(ok(nopad))[1] != a[1]  # the pad targets were in the loss, and now are not
     one_line_error(missing, 'no checkpoint at nope/ckpt.pt')
-    one_line_error(other, 'tokenizer gpt2', 'byte', "the run's tokenizer")
+    one_line_error(other, 'tokenizer gpt2', 'byte', "the model's tokenizer")
 
 
 # ---------------------------------------------------------------- several models: one eval run, one sample run
