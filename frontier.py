@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import ExitGate
+from model import ExitGate, exit_kinds
 from prepare import sft_targets
 from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens, saving
 
@@ -256,7 +256,7 @@ def measure_val(model, rows):
                           resid=r.mean().item()) for k, n, m, r in zip(range(1, K + 1), nll,
                                                                        maxprob, resid)],
            'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)])}
-    for kind in ['maxprob', 'resid'] + ['learned'] * c.exit_gate:  # (a maxprob check reads out)
+    for kind in exit_kinds(c):  # (a maxprob check reads out)
         ts = THRESHOLDS[kind]
         frozen = [(t, *ev.val_nll(model, rows, batch_size, exit=(kind, t))) for t in ts]
         out[f'frozen {kind}'] = [point(t, d, n, 1 + d * (kind == 'maxprob'),

@@ -111,10 +111,10 @@ def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key
                          "): use the version that saved it, or train it again") from None
     return model.to(device), ckpt
 
-def exits(c):  # -> (the per-token exits a model of config c has, what it lacks for the others)
-    if c.act or not c.loops:
-        return [], "an ACT gate that picks each token's depth" if c.act else "no tied loop"
-    return ['maxprob', 'resid'] + ['learned'] * c.exit_gate, "no exit gate (--exit_gate=True)"
+def exits(c):  # -> (model.exit_kinds(c), what the model lacks for the others)
+    from model import exit_kinds
+    lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
+    return exit_kinds(c), lacks if c.act or not c.loops else "no exit gate (--exit_gate=True)"
 
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, t = s.partition(':')
@@ -239,16 +239,14 @@ def check_start(model, ckpt, meta, data_dir, block_size):  # a trained model aga
                          f"{ckpt['config']['dataset']} ({tokenizer}, vocab_size {c.vocab_size}): "
                          "prepare the data with the model's tokenizer")
     if block_size > c.block_size:
-        raise InputError(f"block_size={block_size} is larger than the model's {c.block_size}: "
-                         f"lower it (SFT data: prepare rows of at most {c.block_size + 1} tokens)")
+        sft = f" (SFT data: prepare rows of at most {c.block_size + 1} tokens)" * bool(meta['row'])
+        raise InputError(f"--block_size={block_size} is larger than the model's {c.block_size}: "
+                         f"lower it{sft}")
 
 def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, thresholds,
                html):  # eval.py's settings for one model -> (model, data_dir, T, precision)
     model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
     c, T = model.config, block_size or model.config.block_size
-    if T > c.block_size:
-        raise InputError(f"--block_size={T} is larger than the model's {c.block_size}: use "
-                         "--block_size=0 (the model's) or less")
     if suffix_start >= T:
         raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
@@ -356,6 +354,7 @@ class Stop:
     """Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (a second: stop at once)."""
     def __init__(self, ckpt_path, master):
         self.signals, self.ckpt_path, self.master = [], ckpt_path, master
+        self.at_once = f"stopped at once; {ckpt_path} holds the last saved checkpoint"
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(signum) != signal.SIG_IGN or signum != signal.SIGHUP:  # (nohup)
                 signal.signal(signum, self.request)
@@ -363,7 +362,7 @@ class Stop:
     def request(self, signum, frame):
         self.signals.append(signum)
         if len(self.signals) > 1:
-            raise SystemExit(f"stopped at once; {self.ckpt_path} holds the last saved checkpoint")
+            raise SystemExit(self.at_once)
         with suppress(OSError):  # (a closed terminal cannot be written to: it saves all the same)
             if self.master:
                 print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
@@ -382,19 +381,24 @@ class Stop:
         if self.signals:
             sys.exit(128 + self.signals[0])
 
-def save(ckpt, path, iter_num, stop):  # torch.save, atomically: into path.tmp, then renamed
-    import torch
+@contextmanager
+def saving(path, what):  # -> path.tmp to write, renamed to path once whole: never half a file
     try:
-        with open(path + '.tmp', 'wb') as f:
-            torch.save(ckpt, f)
+        yield path + '.tmp'
         os.replace(path + '.tmp', path)
     except OSError as e:
-        raise InputError(f"cannot save {path} at iter {iter_num}: {e.strerror}; it is left as it "
-                         "was: free some space, or use another --out_dir") from None
-    except RuntimeError:  # torch.save's writer fails when a second signal stops it mid-write
-        if len(stop.signals) < 2:
-            raise
-        raise SystemExit(f"stopped at once; {path} holds the last saved checkpoint") from None
+        raise InputError(f"cannot save {path} {what}: {e.strerror}; it is left as it was: free "
+                         "some space, or use another --out_dir") from None
     finally:  # (no partial file is left behind)
         with suppress(FileNotFoundError):
             os.remove(path + '.tmp')
+
+def save(ckpt, path, iter_num, stop):  # torch.save, atomically (saving)
+    import torch
+    try:
+        with saving(path, f'at iter {iter_num}') as tmp, open(tmp, 'wb') as f:
+            torch.save(ckpt, f)
+    except RuntimeError:  # torch.save's writer fails when a second signal stops it mid-write
+        if len(stop.signals) < 2:
+            raise
+        raise SystemExit(stop.at_once) from None

@@ -202,8 +202,7 @@ class Exit:
     ponder = None
 
     def __init__(self, model, exit, segment, z, cache=None):
-        kinds = ('maxprob', 'resid') + (('learned',) if model.exit_gate is not None else ())
-        if exit[0] not in kinds:
+        if exit[0] not in exit_kinds(model.config):
             raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
                              "gate, ('learned', q)")
         self.kind, self.t = exit
@@ -223,6 +222,10 @@ class Exit:
 
     def output(self, z):
         return z
+
+def exit_kinds(c):
+    """The post-hoc exits a model of config c has: none with ACT (its gate picks) or no loop."""
+    return [] if c.act or not c.loops else ['maxprob', 'resid'] + ['learned'] * c.exit_gate
 
 class ACT:
     """Graves' adaptive computation time, a segment's own per-token depth: after each step its
