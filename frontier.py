@@ -1,12 +1,13 @@
 """
 The seeded campaign behind RESULTS.md: trains every model the findings compare once per seed (its
-initial weights and batch order), measures each run on the same held-out text, and writes the
+initial weights and batches), measures each run on the same held-out text, and writes the
 findings (mean +/- standard error over the seeds, each difference with its verdict) and the depth
 frontier, compute in forward FLOPs per token:
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
 $ python frontier.py                           # trains what is missing, measures: out-frontier/
 $ python frontier.py --results=results/seeds   # the same, over the committed results
+$ python frontier.py --results=results/tuned --from_runs=True  # its page from its runs/*.json
 $ python frontier.py --results=results/gate --jobs=2 \
       --models=multi,single,exit-10,warmup,exit-10-warmup,exit-10-detach,exit-10-late,exit-10-early
 A finished run is never trained again (one that stopped early is resumed, never measured
@@ -18,6 +19,7 @@ verdict. A tuned arm is its model and settings, '+'-joined (TUNE): multi+w100+c0
 """
 import os
 import sys
+import glob
 import json
 import math
 import html
@@ -98,6 +100,7 @@ models = ''  # '' = the study's (STUDY); or some, comma-separated: 'single,multi
 jobs = 1  # runs trained and measured at a time, each on one thread (2 on a 2-core machine)
 runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
 results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
+from_runs = False  # True: rewrite the page from results/runs/*.json as they are: train nothing
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
 stage_two_steps = 300  # of the exit gate alone, batch_size rows each (stage_two)
 THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02),
@@ -336,6 +339,15 @@ def campaign(names):
         list(pool.map(lambda run: train(*run), first))
         out = dict(zip(every, pool.map(lambda run: measure(*run), every)))
     return {n: {s: out[n, s] for s in seeds} for n in names}
+
+def read_runs(folder):
+    """-> {model: {seed: measurements}} of every folder/runs/*.json: MODELS' order, then the rest
+    (the tuned arms) sorted; a page of models with different seeds (a screen beside seeds 1-3)."""
+    runs = {}
+    for path in sorted(glob.glob(os.path.join(folder, 'runs', '*.json'))):
+        name, seed = os.path.basename(path)[:-len('.json')].rsplit('-s', 1)
+        runs.setdefault(name, {})[int(seed)] = json.load(open(path))
+    return {name: runs[name] for name in [*MODELS, *sorted(runs)] if name in runs}
 
 # ----------------------------------------------------------------------------- the findings
 DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
@@ -680,9 +692,10 @@ if __name__ == '__main__':
                          f"{', '.join(MODELS)}, e.g. --models=single,multi")
     check_output(os.path.join(results, 'findings.md'), 'results')  # before hours of training
     os.makedirs(results, exist_ok=True)
-    for data_dir in (TOPICS, SFT):  # before hours of training: is the data there? (else: how)
-        load_meta(data_dir)
-    measured = campaign(names)
+    if not from_runs:  # before hours of training: is the data there? (else: how to make it)
+        for data_dir in (TOPICS, SFT):
+            load_meta(data_dir)
+    measured = read_runs(results) if from_runs else campaign(names)
     for name, text in (('findings.md', findings(measured)), ('frontier.svg', chart(measured))):
         with open(os.path.join(results, name), 'w') as f:
             f.write(text)

@@ -1,7 +1,7 @@
 """frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
 oracle, the monotone envelope and the verdict rule on hand-made cases; a run that stopped early;
 and the whole command on tiny models, whose rerun trains nothing and writes the same tables."""
-import json, os, re, runpy, subprocess, sys
+import json, os, re, runpy, shutil, subprocess, sys
 
 import numpy as np
 import pytest
@@ -239,14 +239,21 @@ def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     pages = sorted((REPO / 'results').glob('*/findings.md'))
     for page in pages:
         monkeypatch.setattr(frontier, 'results', str(page.parent.relative_to(REPO)))
-        runs = {}
-        for path in sorted((page.parent / 'runs').glob('*.json')):
-            name, seed = path.stem.rsplit('-s', 1)
-            runs.setdefault(name, {})[int(seed)] = json.loads(path.read_text())
-        runs = {name: runs[name] for name in [*frontier.MODELS, *sorted(runs)]  # MODELS' order,
-                if name in runs}  # then the tuned arms
-        assert frontier.findings(runs) == page.read_text(), page
+        assert frontier.findings(frontier.read_runs(page.parent)) == page.read_text(), page
     assert len(pages) >= 4
+
+
+def test_from_runs_rewrites_a_page_from_its_runs_and_trains_nothing(tmp_path):
+    """--from_runs=True: the page of a folder's runs/*.json as they are, without data or runs."""
+    shutil.copytree(REPO / 'results' / 'gate' / 'runs', tmp_path / 'gate' / 'runs')
+    r = subprocess.run([sys.executable, str(REPO / 'frontier.py'), '--results=gate',
+                        '--from_runs=True', '--runs=nowhere'], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert 'training' not in r.stdout and not (tmp_path / 'nowhere').exists()
+    page = (tmp_path / 'gate' / 'findings.md').read_text()
+    assert page == (REPO / 'results' / 'gate' / 'findings.md').read_text().replace(
+        'results/gate', 'gate')
 
 
 def test_results_quote_only_numbers_the_campaign_wrote():
