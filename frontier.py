@@ -59,10 +59,6 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     # the gate reads detached states (train.py gate_detached); its early burst is steps 10-60
     **{f'exit-10-{when}': pt('exit', '--exit_beta=10', f'--gate_detached={steps}')
        for when, steps in (('detach', '(0,750)'), ('late', '(0,100)'), ('early', '(100,750)'))},
-    # the step without its direction (train.py gate_sham): detached, plus a random gradient of the
-    # gate's own size in steps 0-99, fresh each step or one fixed
-    **{f'exit-10-sham-{sham}': pt('exit', '--exit_beta=10', '--gate_detached=(0,750)',
-                                  f'--gate_sham={sham}') for sham in ('noise', 'fixed')},
     # the confirmation at the configs' own 1,500 steps (5 seeds), and at a wider shape in bf16
     **{f'{name}-1500': ([config, *[a.format(1500) for a in args]], None)
        for name, config, args in CONFIRM},
@@ -352,7 +348,8 @@ def read_runs(folder):
 # ----------------------------------------------------------------------------- the findings
 DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
                 'exit-10-detach', 'exit-10-late', 'exit-10-early', 'exit-10-sham-noise',
-                'exit-10-sham-fixed']  # (probe, embed, inject: results/depth's, since removed)
+                'exit-10-sham-fixed']  # (probe, embed, inject, the shams: for the pages of
+# results/depth and results/tuned; gone from MODELS and train.py since 6280d14 and 9336524)
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,

@@ -45,7 +45,6 @@ halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
 gate_detached = (0, 0)  # (a, b): at steps a <= iter < b the exit gate reads detached states
-gate_sham = ''  # a control: 'noise' or 'fixed' (sham_step), in steps < 100, the gate detached
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
@@ -76,8 +75,7 @@ TRAIN_RULES = ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interv
                'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
                'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
                guards.DTYPE_RULE, '0 <= seed < 2**64',
-               'len(gate_detached) == 2 and (exit_gate or gate_detached[0] >= gate_detached[1])',
-               "gate_sham in ('', 'noise', 'fixed')", 'not gate_sham or exit_gate']
+               'len(gate_detached) == 2 and (exit_gate or gate_detached[0] >= gate_detached[1])']
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -199,34 +197,6 @@ def get_lr(it):  # linear warmup, then cosine decay to min_lr
     ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
 
-SHAM_STEPS = 100  # the steps where exit-10-early's gate sends its gradient into the states
-fixed = []  # gate_sham='fixed': one random direction per tensor, drawn once from the seed
-
-def sham_step(rows_of_step):
-    """gate_sham, a control for the gate's early gradient: its size without its direction. The
-    gate reads detached states; this adds to each language-model tensor's gradient a random one
-    whose norm is what the gate's own gradient into the states has there at this step, measured by
-    one extra forward and backward with the gate attached (its gradient minus the detached one's),
-    then discarded. 'noise': a fresh direction every step; 'fixed': the same one every step."""
-    lm = clip_groups[0]
-    detached = [p.grad.clone() for p in lm]
-    raw_model.exit_gate.detached = False
-    for p in lm:
-        p.grad = None
-    for rows in rows_of_step:
-        with ctx:
-            loss = model(*get_batch(train_data, rows))[1]
-        (loss / micro_steps).backward(inputs=lm)
-    raw_model.exit_gate.detached = True
-    gen = torch.Generator().manual_seed(step_seed(2))  # (not the batch's)
-    if gate_sham == 'fixed' and not fixed:
-        gen_fixed = torch.Generator().manual_seed(seed)
-        fixed.extend(torch.randn(p.shape, generator=gen_fixed) for p in lm)
-    for i, (p, own) in enumerate(zip(lm, detached)):
-        size = torch.linalg.vector_norm(p.grad - own)  # the gate's part, at this step
-        direction = fixed[i] if gate_sham == 'fixed' else torch.randn(p.shape, generator=gen)
-        p.grad = own + size * (direction / torch.linalg.vector_norm(direction)).to(p.device)
-
 def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
@@ -292,8 +262,6 @@ while iter_num < max_iters:
     loss_sum /= world
     if ddp:  # every rank must see a NaN, or the others would hang
         dist.all_reduce(loss_sum)
-    if gate_sham and iter_num < SHAM_STEPS:
-        sham_step(rows_of_step)
     lossf = loss_sum.item()
     guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
     if grad_clip != 0.0:  # the gates on their own norm, so that their early

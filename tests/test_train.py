@@ -172,31 +172,6 @@ def test_gate_detached_acts_at_its_steps_only(job):
     assert any(not torch.equal(never[n], middle[n]) for n in lm)
 
 
-@work
-def gate_sham_adds_the_gates_size_not_its_direction(d):
-    make_data(d)
-    gate = [*TINY, '--exit_gate=True', '--supervise=(1,)', '--exit_beta=1', '--eval_interval=100',
-            '--gate_detached=(0,9)']
-    arms = [(steps, sham) for steps in (1, 2) for sham in ('', 'noise', 'fixed')]
-    rs = run_all(*[(d, 'train.py', *gate, f'--max_iters={steps}', f'--gate_sham={sham}',
-                    f'--out_dir=out{i}') for i, (steps, sham) in enumerate(arms)])
-    return [ok(r) and load(d / f'out{i}' / 'ckpt.pt')['model'] for i, r in enumerate(rs)]
-
-
-def test_gate_sham_adds_the_gates_size_not_its_direction(job):
-    """train.py --gate_sham: the gate detached, plus a random gradient of the size the gate's own
-    gradient into the states has. At step 0 that size is 0 (the gate starts at zero), so one step
-    trains the detached arm's very weights; at step 1 it is not, and noise and fixed differ."""
-    detached1, noise1, fixed1, detached2, noise2, fixed2 = job
-    lm = [n for n in detached1 if 'exit_gate' not in n]
-    for same in (noise1, fixed1):
-        assert all(torch.equal(detached1[n], same[n]) for n in detached1)
-    for sham in (noise2, fixed2):
-        assert any(not torch.equal(detached2[n], sham[n]) for n in lm)
-        assert all(torch.equal(detached2[n], sham[n]) for n in detached2 if n not in lm)
-    assert any(not torch.equal(noise2[n], fixed2[n]) for n in lm)
-
-
 # ---------------------------------------------------------------- ACT
 @work
 def act_log_shows_depth_and_ponder(d):
