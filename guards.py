@@ -1,6 +1,6 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, sys, glob, json, fcntl, shlex, atexit, shutil, signal, traceback
+import os, re, sys, glob, json, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 import numpy as np
@@ -302,7 +302,7 @@ def run_settings(keys, defaults, rules):
     settings.update(device=get_device(settings['device']), given=given)
     return settings, model, ckpt
 
-def check_train_data(s, meta, data_dir, train_data, val_data):  # the data vs the settings s
+def check_train_data(s, meta, data_dir, train_data, val_data, iter_num):  # vs the settings s
     block_size, batch_size, row = s['block_size'], s['batch_size'], meta['row']
     if row and 'block_size' in s['given'] and block_size + 1 != row:  # SFT: rows set block_size
         raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of {row} tokens, "
@@ -321,11 +321,8 @@ def check_train_data(s, meta, data_dir, train_data, val_data):  # the data vs th
     if s['init_from'] != 'resume' and os.path.exists(ckpt_path) and not s['overwrite']:
         raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
                          "or start over on purpose with --overwrite=True (or another --out_dir)")
-
-def check_todo(s, iter_num):
-    if iter_num >= s['max_iters']:
-        at = (f"{os.path.join(s['out_dir'], 'ckpt.pt')} is at iter {iter_num} and "
-              if s['init_from'] == 'resume' else '')
+    if iter_num >= s['max_iters'] and not s['eval_only']:
+        at = f"{ckpt_path} is at iter {iter_num} and " if s['init_from'] == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path):
@@ -390,8 +387,7 @@ def saving(path, what):  # -> path.tmp to write, renamed to path once whole: nev
         raise InputError(f"cannot save {path} {what}: {e.strerror}; it is left as it was: free "
                          "some space, or use another --out_dir") from None
     finally:  # (no partial file is left behind)
-        with suppress(FileNotFoundError):
-            os.remove(path + '.tmp')
+        pathlib.Path(path + '.tmp').unlink(missing_ok=True)
 
 def save(ckpt, path, iter_num, stop):  # torch.save, atomically (saving)
     import torch

@@ -98,7 +98,7 @@ if ckpt:
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
-guards.check_train_data(settings, meta, data_dir, train_data, val_data)
+guards.check_train_data(settings, meta, data_dir, train_data, val_data, iter_num)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
     if block_size != meta['row'] - 1:
         print(f"block_size = {meta['row'] - 1}: {data_dir} holds SFT rows of {meta['row']} tokens")
@@ -231,7 +231,6 @@ if eval_only:
     if master:
         estimate_loss()
     raise SystemExit
-guards.check_todo(settings, iter_num)
 stop = guards.Stop(ckpt_path, master)  # Ctrl-C: finish the step, save, exit
 # -----------------------------------------------------------------------------
 if master:
