@@ -2,7 +2,7 @@
 Train a tied-depth GPT. On one CPU or GPU:
 $ python train.py config/smoke.py
 With DDP on one machine (nccl on CUDA, gloo on CPU):
-$ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py
+$ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py --gradient_accumulation_steps=2
 Resume an interrupted run: add --init_from=resume. Fine-tune a trained run on SFT rows:
 $ python train.py config/cpu_sft.py  (init_from=<its out_dir>: weights only, from iter 0)
 """
