@@ -362,9 +362,9 @@ def stats(values):
     v = np.array(values, dtype=float)
     return v.mean(), v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float('nan')
 
-def pm(values, digits=3):
+def pm(values, digits=3):  # one seed has no standard error: its value alone
     mean, se = stats(values)
-    return f"{mean:.{digits}f} ± {se:.{digits}f}"
+    return f"{mean:.{digits}f} ± {se:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
 
 def cell(runs, name, value, digits=3):  # value(run) over the model's seeds: mean ± SE
     return pm([value(r) for r in runs[name].values()], digits)
