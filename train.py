@@ -134,7 +134,7 @@ if master:  # one run at a time in out_dir
     lock = guards.lock(out_dir)
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
-if init_from == 'resume':
+if resuming:
     optimizer.load_state_dict(ckpt['optimizer'])
 # the gates (ACT's, the exit gate) are clipped apart from the language model (see the loop)
 clip_groups = [[p for n, p in raw_model.named_parameters() if ('gate' in n) == gate]
