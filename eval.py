@@ -1,11 +1,11 @@
 """
 Evaluate a tied-depth checkpoint: the paper's suffix NLL (masked, unmasked, pad fraction), NLL
 against loop depth, post-hoc early exit against uniform depth, loop depth per topic, probes of NLL
-(the last step's residual, relative and absolute; the entropy), the alphas -> out_dir/eval.json:
+(the last step's relative residual, the entropy), the alphas -> out_dir/eval.json:
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
-import os, json, math, time, itertools, html as html_lib
+import os, json, math, time, html as html_lib
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -60,7 +60,7 @@ def doc_rows(data_dir, T, max_docs):
 
 @torch.no_grad()
 def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
-    """-> nll, depth and the probes (resid, moved, entropy) of each PREDICTION in token rows x,
+    """-> nll, depth and the probes (resid, entropy) of each PREDICTION in token rows x,
     each (N, T - 1): column j predicts x[:, j + 1] from x[:, :j + 1]. Not the training loss."""
     out, t0, device = [], time.time(), model.head.weight.device
     for i in range(0, len(x), batch_size):
@@ -69,8 +69,8 @@ def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
         logits = logits[:, :-1].float()  # the last position predicts nothing in the row
         nll = F.cross_entropy(logits.transpose(1, 2), xb[:, 1:], reduction='none')
         entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
-        depth, resid, moved = (info[key][:, :-1] for key in ('depth', 'resid', 'moved'))
-        out.append([nll.cpu(), depth.cpu(), *(t.float().cpu() for t in (resid, moved, entropy))])
+        depth, resid = info['depth'][:, :-1], info['resid'][:, :-1]
+        out.append([nll.cpu(), depth.cpu(), resid.float().cpu(), entropy.float().cpu()])
         if time.time() - t0 > 5:  # a counter, every 5 s of a slow eval
             print(f"  {label}: {i + len(xb)}/{len(x)} rows", flush=True)
             t0 = time.time()
@@ -145,26 +145,20 @@ def probe(nll, signal, real):
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-def write_html(path, docs, tokens, shade, top, decode, what):
-    """The depth map of some documents: each predicted token coloured by shade (N, T - 1), which
-    `what` names (loop depth, or the iteration its prediction settled at); its tooltip, the logit
-    lens: its top-1 after every iteration (top: GPT.lens's). All text goes through html.escape."""
-    esc, hi = html_lib.escape, max(int(shade.max()), 1)
+def write_html(path, docs, tokens, depth, decode, what):
+    """The depth map of some documents: each predicted token coloured by its loop depth (N, T - 1),
+    which `what` says where it comes from. All text goes through html.escape."""
+    esc, hi = html_lib.escape, max(int(depth.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
-    word = lambda t: f'token {t}' if '\ufffd' in decode([t]) else repr(decode([t]))  # half a char
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
-                     for d in range(int(shade.min()), hi + 1))
+                     for d in range(int(depth.min()), hi + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
-            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}<br>Point at a '
-            'character: its top-1 prediction after each iteration (the logit lens).</p>']
-    for doc, toks, row_shade, row_top in zip(docs, tokens, shade, top.unbind(1)):
+            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}</p>']
+    for doc, toks, row in zip(docs, tokens, depth):
         spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
-        for text, a, b in pieces(toks[1:len(row_shade) + 1], decode):  # a span a character
-            runs = [(t, len(list(g))) for t, g in itertools.groupby(row_top[:, b - 1].tolist())]
-            ends = itertools.accumulate(n for _, n in runs)  # 'i-j: t': t, the top-1 after i to j
-            title = '; '.join(f"{j - n + 1}-{j}: {word(t)}" for (t, n), j in zip(runs, ends))
-            d = row_shade[a:b].max().item()  # (a character of several tokens: the most of them)
-            spans += f'<span title="{esc(title)}" style="background:{colour(d)}">{esc(text)}</span>'
+        for text, a, b in pieces(toks[1:len(row) + 1], decode):  # a span a character
+            d = row[a:b].max().item()  # (a character of several tokens: the most of them)
+            spans += f'<span style="background:{colour(d)}">{esc(text)}</span>'
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:
@@ -202,14 +196,14 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
     start, columns = suffix(T, suffix_start)  # the report says which targets were scored
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
     # at the trained depth: suffix NLL, topic NLL and depth, the probes
-    nll, depth, resid, moved, entropy = score(model, x, batch_size)
-    probes = {'relative residual': probe(nll, resid, real), 'absolute residual':
-              probe(nll, moved, real), 'entropy': probe(nll, entropy, real)}
+    nll, depth, resid, entropy = score(model, x, batch_size)
+    probes = {'relative residual': probe(nll, resid, real), 'entropy': probe(nll, entropy, real)}
     source = 'the ACT gate' if c.act else 'the trained depth' if c.loops else 'no loop'
     rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
     scan = depth_scan(model, rows, batch_size)
     kind = exit_kind or 'maxprob'
-    curve = early_exit_curve(model, rows, scan, batch_size, kind, thresholds or DEFAULTS[kind])
+    thresholds = thresholds or DEFAULTS[kind]
+    curve = early_exit_curve(model, rows, scan, batch_size, kind, thresholds)
     report = dict(suffix_nll=suffix_nll(nll, real, columns), depth_scan=scan, early_exit=curve,
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
@@ -219,13 +213,14 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
         json.dump(report, f, indent=2)
-    if html:  # each topic's first three documents (docs come grouped by topic), and the lens
+    if html:  # each topic's first three documents (docs come grouped by topic)
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
-        info = model(x[shown].to(next(model.parameters()).device), lens=True)[2]  # GPT.lens
-        shade, what = (depth[shown], 'loop depth, from the ACT gate') if c.act else (
-            info['settled'][:, :-1].cpu(), f'the iteration its prediction settled at ({source})')
+        # without ACT, the depth each token takes under the curve's middle exit
+        exit = None if c.act or not c.loops else (kind, thresholds[len(thresholds) // 2])
+        shade = score(model, x[shown], batch_size, exit=exit)[1]
+        what = f'{exit[0]} exit at {exit[1]}' if exit else source
         write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
-                   info['top'].cpu(), get_tokenizer(load_meta(data_dir)['tokenizer'])[1], what)
+                   get_tokenizer(load_meta(data_dir)['tokenizer'])[1], what)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
 
 if __name__ == '__main__':

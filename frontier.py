@@ -274,10 +274,8 @@ CLASSES = {'digits': string.digits, 'letters': string.ascii_letters, 'spaces': '
 def measure_docs(model, x, real, topics):
     """On the topics' held-out documents: the paper's suffix NLL (masked and unmasked), the NLL of
     every real target, the probes, and the loop depth per topic and per character class."""
-    nll, depth, resid, moved, entropy = ev.score(model, x, batch_size)
-    norm = moved / resid.clamp_min(1e-12)  # |z_(k-1)|: the relative residual's denominator
-    probes = {p: ev.probe(nll, signal, real)
-              for p, signal in zip(PROBES, (resid, moved, norm, entropy))}
+    nll, depth, resid, entropy = ev.score(model, x, batch_size)
+    probes = {p: ev.probe(nll, signal, real) for p, signal in zip(PROBES, (resid, entropy))}
     kind = torch.full((257,), len(CLASSES))  # each byte's class; EOT and non-ASCII: 'other'
     for i, chars in enumerate(CLASSES.values()):
         kind[list(chars.encode())] = i
@@ -354,7 +352,7 @@ FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
              *ACT_MODELS]
-PROBES = ['relative residual', 'absolute residual', '|z|', 'entropy']
+PROBES = ['relative residual', 'entropy']  # (the absolute residual and |z|: RESULTS, 6b)
 KS = [1, 2, 4, 8, 12]  # the fixed depths a table shows
 
 def stats(values):
@@ -503,8 +501,7 @@ def documents(runs, names):
              *[cell(runs, n, probe(p), 2) for p in PROBES]] for n in names]
     return '\n'.join([
         "## 5. Padding, and 6b. the probes (Pearson r with the NLL), on the held-out documents\n",
-        table(['model', 'suffix masked', 'suffix unmasked', 'pad',
-               *[p.replace('|z|', 'norm of z') for p in PROBES]], rows)])  # (a '|' splits a cell)
+        table(['model', 'suffix masked', 'suffix unmasked', 'pad', *PROBES], rows)])
 
 def act_depths(runs, names):
     out = ["## 7. ACT: loop depth per topic and per character class\n"]

@@ -1,9 +1,9 @@
 """
 A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (step; forward picks fixed, per_token or until), Exit and ACT
-(how a segment decides each token's depth), GPT.objective, then generate and KVCache. Bad input
-is a short ValueError here; the scripts check their keys first (guards.py).
+Read GPT.forward first, then Loop (fixed or per-token depth), Exit and ACT (how a segment
+decides each token's depth), GPT.objective, then generate and KVCache. The scripts check their
+keys first (guards.py); bad input here is a short ValueError.
 """
 import math
 from dataclasses import dataclass
@@ -97,9 +97,8 @@ class Run(NamedTuple):
     """What a tied segment's loop reports besides its output state."""
     depth: object   # iterations per token: an int (every token ran k), or a (B, T) tensor
     ponder: object  # ACT: the ponder cost per token, N + R (B, T); None without the gate
-    resid: object   # per token, the relative residual |z_k - z_(k-1)| / |z_(k-1)| of its last step
-    moved: object   # the same, not divided by |z_(k-1)| (zeros while training)
-    states: list    # the state after each step: for multi-depth supervision and the logit lens
+    resid: object   # per token, |z_k - z_(k-1)| / |z_(k-1)| of its last step (0 in training)
+    states: list    # the state after each step: for multi-depth supervision
 
 class Loop(nn.Module):
     """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z).
@@ -125,13 +124,10 @@ class Loop(nn.Module):
         return z + self.alpha() * (self.block(z, cache, (segment, i)) - z)
 
     def forward(self, z, k, rule=None, cache=None, segment=0):
-        """-> (the segment's output, Run). rule: None (every token runs k steps), an Exit or ACT,
-        which decides after each step which tokens stop. A single token being decoded needs no
-        masks. Evaluating (not self.training), the loop also measures its probes."""
+        """-> (the segment's output, Run). rule: None (every token runs k steps), or an Exit or
+        ACT, which decides after each step which tokens stop."""
         if rule is None:
             return self.fixed(z, k, cache, segment)
-        if cache is not None and z.shape[:2] == (1, 1):
-            return self.until(z, k, rule, cache, segment)
         return self.per_token(z, k, rule, cache, segment)
 
     def fixed(self, z, k, cache=None, segment=0):
@@ -148,18 +144,17 @@ class Loop(nn.Module):
                 z = z_in + (z - z_in).detach()
             if keep:
                 states.append(z)
-        moved = resid = torch.zeros(z.shape[:2], device=z.device)
-        if not self.training:  # the probes, for evaluation: training needs none
-            moved, resid = residual(z, z_prev)
-        return z, Run(k, None, resid, moved, states)
+        resid = torch.zeros(z.shape[:2], device=z.device)
+        if not self.training:  # the probe, for evaluation: training needs none
+            resid = residual(z, z_prev)
+        return z, Run(k, None, resid, states)
 
     def per_token(self, z, k, rule, cache=None, segment=0):
         """Per-token depth, the frozen-state protocol: a stopped token's state is frozen; the
         others still attend to it."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
-        resid = torch.zeros(z.shape[:2], device=z.device)
-        moved, states = torch.zeros_like(resid), []
+        resid, states = torch.zeros(z.shape[:2], device=z.device), []
         for i in range(k):
             # evaluating, stop once every token has: a data-dependent branch, which training
             # leaves out (a batch rarely stops whole) so that the graph compiles in one piece
@@ -168,28 +163,13 @@ class Loop(nn.Module):
                     cache.skip(segment, i, k, z.size(1))
                 break
             z_new = self.step(z, i, cache, segment)
-            step, r = residual(z_new, z)
-            moved = torch.where(running, step, moved)
+            r = residual(z_new, z)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
             depth = depth + running.long()
             resid = torch.where(running, r, resid)
             running = running & ~rule(i, z, r, running)
             states.append(z)
-        return rule.output(z), Run(depth, rule.ponder, resid, moved, states)
-
-    def until(self, z, k, rule, cache, segment=0):
-        """Per-token depth for one new token in cached decoding: no other token is frozen or
-        masked, so the loop just ends where the rule says, and the cache marks the iterations it
-        skipped. The same rules and result as per_token, without its bookkeeping."""
-        running, states = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device), []
-        for i in range(k):
-            z_prev, z = z, self.step(z, i, cache, segment)
-            moved, resid = residual(z, z_prev)
-            states.append(z)
-            if rule(i, z, resid, running):
-                break
-        cache.skip(segment, i + 1, k, 1)
-        return rule.output(z), Run(i + 1, rule.ponder, resid, moved, states)
+        return rule.output(z), Run(depth, rule.ponder, resid, states)
 
 class Exit:
     """A post-hoc exit: how one run of a tied segment decides each token's depth (without one, k
@@ -296,12 +276,10 @@ def zero_linear(n_in, n_out):
 
 @torch.no_grad()
 def residual(z_new, z):
-    """-> |z_k - z_(k-1)| per token (how far the state still moves: a probe), and the same relative
-    to |z_(k-1)| (the probe of the study, and the 'resid' exit's signal)."""
-    # linalg.vector_norm, not Tensor.norm, whose Python wrapper costs about what the norm does
-    # (this runs at every step of a decoded token)
+    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: how far the state still moves (the study's probe,
+    and the 'resid' exit's signal). linalg.vector_norm: Tensor.norm's wrapper costs as much."""
     step = torch.linalg.vector_norm(z_new - z, dim=-1)
-    return step, step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
+    return step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
 
 class GPT(nn.Module):
     def __init__(self, config):
@@ -346,10 +324,10 @@ class GPT(nn.Module):
             raise ValueError(f"n_loops={n_loops!r}: the model has {len(self.segments)} segments")
         return loops
 
-    def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None, lens=False):
+    def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
         """embed -> prelude -> the tied segments, each its block k times (or fewer per token, where
         an Exit or ACT says) -> readout. -> (logits, loss, info). loss: the training objective, when
-        targets are given; cache: a KVCache (generate); lens: info also holds the logit lens."""
+        targets are given; cache: a KVCache (generate)."""
         B, T = idx.shape
         loops = self.depths(n_loops)
         z = self.embed(idx, 0 if cache is None else cache.pos)
@@ -365,10 +343,7 @@ class GPT(nn.Module):
         zeros = torch.zeros(B, T, device=idx.device)  # (a plain transformer: no iteration)
         info = dict(depth=zeros.long() + sum(run.depth for run in runs),
                     ponder=sum(run.ponder for run in runs).mean() if self.config.act else None,
-                    resid=runs[-1].resid if runs else zeros,
-                    moved=runs[-1].moved if runs else zeros)
-        if lens:
-            info.update(self.lens(runs, logits, cache))
+                    resid=runs[-1].resid if runs else zeros)
         if cache is not None:
             cache.pos += T
         loss, info['losses'] = None, {}
@@ -412,8 +387,8 @@ class GPT(nn.Module):
 
     def readout(self, z, cache=None, check=None):
         """coda + final LN + head: the logits a state z gives if the loop stops here. check:
-        None for the model's own readout, or (segment, i) for a readout after that iteration (a
-        maxprob exit's check, the logit lens), which has cache slots of its own (see KVCache)."""
+        None for the model's own readout, or (segment, i) for a maxprob exit's check after that
+        iteration, which has cache slots of its own (see KVCache)."""
         for j, block in enumerate(self.coda):
             z = block(z, cache, ('coda', j) if check is None else (*check, 'coda', j))
         return self.head(self.ln_f(z))
@@ -421,19 +396,6 @@ class GPT(nn.Module):
     def loss(self, logits, targets, reduction='mean'):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1,
                                reduction=reduction)
-
-    @torch.no_grad()
-    def lens(self, runs, logits, cache=None):
-        """The logit lens through the loop: each token's top-1 prediction read out from its state
-        after every iteration (counted across the segments; the last: the model's own). -> dict:
-        top (iterations, B, T); settled (B, T), the iteration from which its top-1 no longer
-        changes. A cached readout after iteration i has slots of its own, as a maxprob check."""
-        states = [(z, (s, i)) for s, run in enumerate(runs) for i, z in enumerate(run.states)]
-        top = [self.readout(z, cache, slot).argmax(-1) for z, slot in states[:-1]]
-        top = torch.stack(top + [logits.argmax(-1)])
-        changed = torch.cat([torch.ones_like(top[:1]), top[1:] != top[:-1]])  # (1: the first)
-        iteration = torch.arange(1, len(top) + 1, device=top.device).view(-1, 1, 1)
-        return dict(top=top, settled=(changed * iteration).amax(0))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # parameters() yields each shared tensor once (tied head, tied blocks); decay 2-D weights
@@ -446,11 +408,9 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True,
                  return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T). return_depth: also -> per new token
-        (B, new) the iterations it ran, or with return_depth='settled' (at a fixed depth) the
-        iteration at which its prediction settled (GPT.lens). Re-encoding (kv_cache=False) runs a
-        stopped token's skipped steps on its frozen state, so with exits it may differ from the
-        cache; at a fixed depth never."""
+        """Sample max_new_tokens tokens after idx (B, T). return_depth: also -> the iterations each
+        new token ran (B, new). Re-encoding (kv_cache=False) runs a stopped token's skipped steps
+        on its frozen state, so with exits it may differ from the cache; at a fixed depth never."""
         block_size, cache, depths = self.config.block_size, None, []
         for _ in range(max_new_tokens):
             if cache is not None and idx.size(1) <= block_size:
@@ -459,12 +419,11 @@ class GPT(nn.Module):
                 # slide): (re-)encode the last block_size tokens
                 cache = KVCache(block_size) if kv_cache else None
                 chunk = idx[:, -block_size:]
-            lens = return_depth == 'settled'
-            logits, _, info = self(chunk, n_loops=n_loops, exit=exit, cache=cache, lens=lens)
+            logits, _, info = self(chunk, n_loops=n_loops, exit=exit, cache=cache)
             logits = logits[:, -1, :].float()
             probs = sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty)
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
-            depths.append(info['settled' if lens else 'depth'][:, -1])
+            depths.append(info['depth'][:, -1])
         return (idx, torch.stack(depths, 1)) if return_depth else idx
 
 def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
@@ -491,8 +450,7 @@ class KVCache:
         ('prelude', j)              prelude block j
         (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
         ('coda', j)                 coda block j, in the model's own readout
-        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration
-    """
+        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration"""
     def __init__(self, block_size):
         self.block_size = block_size
         self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)

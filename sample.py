@@ -20,7 +20,7 @@ top_p = 1.0  # nucleus sampling; 1.0 = off
 repetition_penalty = 1.0
 n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
 exit_at = ''  # per-token exit: '' (off), 'maxprob:0.9', 'resid:0.05' or (exit gate) 'learned:0.5'
-show_depth = False  # colour new tokens by loop depth, or at a fixed depth where they settled (lens)
+show_depth = False  # colour new tokens by loop depth (with exit_at or ACT each token its own)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = the dtype the model was trained with
@@ -59,19 +59,17 @@ def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples,
         print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
               "(block_size)", file=sys.stderr)
     x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
-    adaptive = exit or model.config.act  # each token its own depth; else show the lens
-    show = 'settled' if show_depth and not adaptive else True  # what generate returns per token
+    adaptive = exit or model.config.act  # each token its own depth
     if show_depth:
-        what = 'loop depth:' if adaptive else f'loop depth: {max_depth}; settled at iteration:'
         shown = sorted({1, (1 + max_depth) // 2, max_depth})
-        print(what, " ".join(paint(f" {d} ", d, max_depth) for d in shown))
+        print('loop depth:', " ".join(paint(f" {d} ", d, max_depth) for d in shown))
     with torch.no_grad(), ctx:
         for _ in range(num_samples):
             t0 = time.perf_counter()
             y, depth = model.generate(x, max_new_tokens, temperature=temperature,
                                       top_k=top_k or None, top_p=top_p,
                                       repetition_penalty=repetition_penalty, n_loops=n_loops,
-                                      exit=exit, return_depth=show)
+                                      exit=exit, return_depth=True)
             new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
             speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
             if adaptive:  # what adaptive depth spent, of the maximum

@@ -22,7 +22,7 @@ def test_suffix_nll_matches_hand_computation():
             [eot, 7]]            # an EOT id inside the text is still real: real is decided by position
     x, real = ev.pack_docs(docs, eot, T)
     assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
-    nll, depth, resid, moved, entropy = ev.score(model, x, 8)
+    nll, depth, resid, entropy = ev.score(model, x, 8)
     assert ev.suffix(T, start) == (start, slice(start - 1, None))  # target j: column j - 1
     assert ev.suffix(256) == (193, slice(192, None)) and ev.suffix(128)[0] == 96  # the paper's, scaled
     got = ev.suffix_nll(nll, real[:, 1:], ev.suffix(T, start)[1])
@@ -30,7 +30,7 @@ def test_suffix_nll_matches_hand_computation():
         logits, _, info = model(x)
     logp = F.log_softmax(logits.float(), -1)
     assert torch.allclose(entropy, -(logp.exp() * logp).sum(-1)[:, :-1], atol=1e-5)  # the entropy probe, per position
-    assert (moved > 0).all() and torch.allclose(resid, info['resid'][:, :-1]) and torch.allclose(moved, info['moved'][:, :-1])
+    assert (resid > 0).all() and torch.allclose(resid, info['resid'][:, :-1])
     masked, unmasked = [], []
     for i, doc in enumerate(docs):
         for j in range(start, T):
@@ -110,7 +110,7 @@ def test_eval_json_report_and_html(tmp_path):
     assert all(1 <= a['mean_depth'] <= b['mean_depth'] <= 2 for a, b in zip(exits, exits[1:])), exits
     assert r['topics']['chat']['tokens'] == 2  # 'h' -> 'i', 'i' -> EOT
     assert isinstance(r['residual_probe_r'], float) and len(r['alphas']) == 1 and r['skipped_lines'] == 2
-    assert set(r['probes']) == {'relative residual', 'absolute residual', 'entropy'}
+    assert set(r['probes']) == {'relative residual', 'entropy'}
     assert r['probes']['relative residual'] == r['residual_probe_r'] and all(-1 <= v <= 1 for v in r['probes'].values())
     for needle in ('suffix NLL', 'masked', 'depth scan', 'early exit', 'topics', 'probes of NLL', 'alphas',
                    'measures padding', 'skipped 2 malformed lines', 'wrote out/eval.json'):
@@ -118,26 +118,22 @@ def test_eval_json_report_and_html(tmp_path):
     page = (tmp_path / 'maps' / 'new' / 'depth.html').read_text()
     assert '<script' not in page.lower() and '&lt;' in page and '&amp;' in page
     assert '<script>alert(1)</script> & more' in html.unescape(re.sub(r'<[^>]+>', '', page))  # shown as text
-    assert '<svg' not in page and 'prediction settled at (the trained depth)' in page  # the token colouring
-    assert re.search(r'title="1-[12]: ', page)  # the logit lens: the top-1 after each of the 2 iterations
+    assert '<svg' not in page and re.search(r'Colour: maxprob exit at 0\.\d+', page)  # the token colouring
     assert 'Stocks rose \u00a35' in html.unescape(re.sub(r'<[^>]+>', '', page))  # '£' as itself,
     assert '\ufffd' not in html.unescape(re.sub(r'<[^>]+>', '', page))  # not as two replacement marks
 
 def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
-    """'£' is 2 byte tokens: one span, shown as itself, under the line naming what the colour is; its
-    tooltip is the logit lens of the character's last token: its top-1 after each iteration."""
+    """'£' is 2 byte tokens: one span, shown as itself, coloured by the larger depth of its two tokens, under the
+    line naming what the colour is."""
     encode, decode, _ = ev.get_tokenizer('byte')
     tokens = [encode('costs \u00a35')]  # 9 tokens: 7 predictions shown, 'o' to the 2 of '£'
-    top = torch.tensor(encode('abcdefg')).view(1, 1, 7).repeat(2, 1, 1)  # (iterations, N, T - 1)
-    top[0, 0, 6] = encode('x')[0]  # the last of '£': 'x' after iteration 1, 'g' after 2
-    ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens,
-                  torch.ones(1, 7, dtype=torch.long), top, decode, 'loop depth, from the ACT gate')
+    depth = torch.tensor([[1, 1, 1, 1, 1, 2, 3]])  # (N, T - 1): the two of '£' ran 2 and 3
+    ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens, depth, decode, 'the ACT gate')
     page = (tmp_path / 'act.html').read_text()
-    assert 'Colour: loop depth, from the ACT gate' in page
-    assert '>\u00a3<' in page and '\ufffd' not in page  # one span for the character's 2 bytes
-    lens = lambda text: re.findall(r'title="([^"]*)" style="[^"]*">' + re.escape(text) + '<', page)
-    assert lens(' ') == ['1-2: &#x27;e&#x27;']  # the space before it: 'e' after iterations 1 to 2
-    assert lens('\u00a3') == ['1-1: &#x27;x&#x27;; 2-2: &#x27;g&#x27;']  # its last token's: 'x', then 'g'
+    assert 'Colour: the ACT gate' in page
+    colour = lambda text: re.findall(r'<span style="background:([^"]*)">' + re.escape(text) + '<', page)
+    assert colour('\u00a3') == ['hsl(0,85%,82%)'] and '\ufffd' not in page  # one span, depth 3 of 3: red
+    assert colour(' ') == ['hsl(147,85%,82%)']  # depth 1 of 3
 
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),

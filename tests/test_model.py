@@ -79,7 +79,7 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
         states += [s.detach().clone() for s in zs[1:]]
         out, run = seg(z, k)
         assert torch.allclose(out, zs[-1], atol=1e-6)
-        resid = residual(states[-1], states[-2])[1]
+        resid = residual(states[-1], states[-2])
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
     out, run = seg(z, k, m.stop_rule(exit, seg_i, k, z))  # (ACT's rule, or the exit's)
     states += [s.detach().clone() for s in run.states]
@@ -477,12 +477,11 @@ def test_resid_info_is_last_iteration_relative_residual():
     expect = (states[3] - states[2]).norm(dim=-1) / states[2].norm(dim=-1)
     assert torch.allclose(info['resid'], expect, rtol=1e-4, atol=1e-7)
     assert info['resid'].min() > 0
-    assert torch.allclose(info['moved'], (states[3] - states[2]).norm(dim=-1), rtol=1e-4, atol=1e-6)
 
 
-def test_moved_is_each_tokens_own_last_step_under_an_exit():
-    """With per-token depth, `moved` is |z_k - z_(k-1)| of the step each token last ran (frozen ones: not the last
-    step of the loop), and resid is the same divided by |z_(k-1)|."""
+def test_resid_is_each_tokens_own_last_step_under_an_exit():
+    """With per-token depth, resid is |z_k - z_(k-1)| / |z_(k-1)| of the step each token last ran (frozen ones: not
+    the last step of the loop)."""
     m = make(loops=(4,)).eval()
     idx, _ = batch()
     with torch.no_grad():
@@ -493,8 +492,7 @@ def test_moved_is_each_tokens_own_last_step_under_an_exit():
     stacked = torch.stack(states)  # (k + 1, B, T, C): states[i] after step i (frozen ones repeat)
     d = depth[None, ..., None].expand(1, *stacked.shape[1:])
     last, before = stacked.gather(0, d)[0], stacked.gather(0, d - 1)[0]
-    assert torch.allclose(info['moved'], (last - before).norm(dim=-1), rtol=1e-4, atol=1e-6)
-    assert torch.allclose(info['resid'], info['moved'] / before.norm(dim=-1), rtol=1e-4, atol=1e-6)
+    assert torch.allclose(info['resid'], (last - before).norm(dim=-1) / before.norm(dim=-1), rtol=1e-4, atol=1e-6)
 
 
 # ---------------------------------------------------------------- 10. ACT
@@ -850,9 +848,8 @@ def test_cached_exit_skips_the_remaining_iterations(kind):
 
 @pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
 def test_one_token_decode_matches_the_batched_protocol(kind):
-    """A new token decoded alone takes Loop.until (no masks, the loop just ends); two at once take Loop.per_token
-    (frozen-state bookkeeping). Two copies of the same token must get what the one gets: depth, logits, probes and
-    every cache slot, skipped iterations included."""
+    """A new token decoded alone, and two copies of it at once, take Loop.per_token: the two must get what the one
+    gets: depth, logits, the probe and every cache slot, skipped iterations included."""
     if kind == "resid":
         m, t = resid_model(4)
     else:
@@ -871,8 +868,7 @@ def test_one_token_decode_matches_the_batched_protocol(kind):
             b = m(idx[:, t:t + 1].expand(2, -1), exit=exit, cache=two)
             assert torch.equal(a[2]['depth'], b[2]['depth'][:1])
             assert torch.allclose(a[0], b[0][:1], atol=1e-5)
-            for key in ('resid', 'moved'):
-                assert torch.allclose(a[2][key], b[2][key][:1], atol=1e-5)
+            assert torch.allclose(a[2]['resid'], b[2]['resid'][:1], atol=1e-5)
             seen.add(a[2]['depth'].item())
     assert one.kv.keys() == two.kv.keys()
     for slot, tensors in one.kv.items():
@@ -986,51 +982,6 @@ def test_generate_top_p_and_top_k_filters(monkeypatch):
     assert torch.allclose(fx.probs[1][0], keep2, atol=1e-6)
     assert torch.equal(fx.probs[2][0], torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0]))
     assert torch.allclose(fx.probs[3][0], (logits / 0.5).softmax(-1), atol=1e-6)
-
-
-def test_logit_lens_settles_where_the_top1_stops_changing():
-    """Hand-built states whose readout's top-1 is known (no coda, the head an identity on the first 8
-    dimensions): the lens gives each token's top-1 after every iteration, and settled is the first
-    iteration from which it no longer changes, not the first at which it equals the final one."""
-    m = GPT(cfg(vocab_size=8, n_coda=0)).eval()
-    with torch.no_grad():
-        m.wte.weight.copy_(torch.eye(8, 16))
-    tops = [[2, 5, 5, 5], [1, 1, 1, 1], [3, 4, 3, 3], [0, 0, 0, 7]]  # per token, after iterations 1-4
-    states = [10 * F.one_hot(torch.tensor([[t[i] for t in tops]]), 16).float() for i in range(4)]
-    zeros = torch.zeros(1, 4)
-    one = [Run(4, None, zeros, zeros, states)]
-    two = [Run(2, None, zeros, zeros, states[:2]), Run(2, None, zeros, zeros, states[2:])]
-    for runs in (one, two):  # iterations counted across the segments
-        lens = m.lens(runs, m.readout(states[-1]))
-        assert lens['top'][:, 0].T.tolist() == tops
-        assert lens['settled'][0].tolist() == [2, 1, 3, 4]
-
-
-def thinking(loops, seed=0):
-    """A model whose top-1 prediction changes with depth: a strong tied block (its weights x10)."""
-    m = make(seed, loops=loops, alpha_init=0.9).eval()
-    with torch.no_grad():
-        for p in m.segments.parameters():
-            p.mul_(10 if p.dim() == 2 else 1)
-    return m
-
-
-def test_logit_lens_is_the_model_read_out_at_each_depth():
-    """In a model, the lens after iteration i is the model's own prediction at depth i, and it needs no extra
-    positions: with the KV cache (the lens's readouts have cache slots of their own) it is the same."""
-    m = thinking(loops=(4,))
-    idx = batch(2, 8)[0]
-    with torch.no_grad():
-        logits, _, info = m(idx, lens=True)
-        for i in range(4):
-            assert torch.equal(info['top'][i], m(idx, n_loops=i + 1)[0].argmax(-1))
-    changed = info['top'][1:] != info['top'][:-1]
-    last = torch.stack([changed[i:].any(0) for i in range(3)]).sum(0) + 1  # 1 + steps after a change
-    assert torch.equal(info['settled'], last) and len(info['settled'].unique()) >= 2
-    m2 = thinking(loops=(2, 2), seed=3)
-    a, sa = m2.generate(idx, 8, top_k=1, kv_cache=True, return_depth='settled')
-    b, sb = m2.generate(idx, 8, top_k=1, kv_cache=False, return_depth='settled')
-    assert torch.equal(a, b) and torch.equal(sa, sb) and sa.max() <= 4 and len(sa.unique()) >= 2
 
 
 def test_generate_return_depth():
