@@ -1,12 +1,9 @@
 # Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 # $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
-# A config file sets globals; --key=value then overrides one. Every key must already be a global of
-# the script and takes a value of its type: a text key the text as typed (--start=1984), a tuple
-# key one value as a 1-tuple (--thresholds=0.9). Then each rule in the script's _valid list (like
-# 'batch_size >= 1') must hold. It reads and sets the script's keys, nothing else.
+# A config file sets globals, then --key=value overrides one. Each key must be a global of the
+# script already and keeps its type; then the rules in the script's _valid list must hold.
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
-import builtins, os, re, sys, traceback
-import ast as _ast
+import ast, builtins, os, re, sys, traceback
 from difflib import get_close_matches
 import guards as _guards
 from guards import InputError, check_rules, typed
@@ -30,13 +27,11 @@ def _set(key, val, where=''):  # where: the config file that sets it
                          f"e.g. {typed(key, old)}")
     globals()[key] = val
 
-def _run_config(path, into):
-    """exec a config file; inside it, include('v5.py') first runs a config of the same folder."""
+def _run_config(path, into):  # inside a config, include('v5.py') runs one of its folder first
     text = _guards.read_text_file(path, 'config file', ' (see config/ for the available ones)')
     include = lambda name: _run_config(os.path.join(os.path.dirname(path), name), into)
-    try:
-        code = builtins.compile(text, path, 'exec')  # (train.py has a key `compile`)
-        exec(code, {'include': include}, into)
+    try:  # (builtins.: train.py has a key `compile`)
+        exec(builtins.compile(text, path, 'exec'), {'include': include}, into)
         return into
     except InputError:  # an include()'s
         raise
@@ -61,7 +56,7 @@ for _arg in sys.argv[1:]:
         if not _eq:
             raise InputError(f"'{_arg}' needs a value: write {_arg}=VALUE")
         try:  # a text key takes the text as typed (--start=1984); any other, a Python literal
-            _val = _text if isinstance(globals().get(_key), str) else _ast.literal_eval(_text)
+            _val = _text if isinstance(globals().get(_key), str) else ast.literal_eval(_text)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             _val = _text  # a bare word (--compile=true); if the key takes no text, _set says so
         _set(_key, _val)

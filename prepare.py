@@ -1,27 +1,25 @@
 """Download (with requests) and tokenize a dataset into data/<dataset>/ (GPT-2 tokens) or
-data/<dataset>_byte/ (--tokenizer=byte): train.bin, val.bin (token ids, EOT between documents;
-sft: rows of block_size tokens), meta.json and eval.jsonl (held-out documents or samples).
-Other scripts import its tokenizers and readers.
+data/<dataset>_byte/ (bytes): train.bin and val.bin (token ids, EOT between documents; sft: rows),
+meta.json and eval.jsonl (held-out documents). Other scripts import its tokenizers.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
-$ python prepare.py --dataset=fineweb --shards=4
-$ python prepare.py --dataset=sft --tokenizer=byte --mirror=../shared/data"""
+$ python prepare.py --dataset=fineweb --shards=4"""
 import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
 import numpy as np
 from guards import InputError, check_output, replaced
 
 dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare', 'fineweb', 'sft'
-tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, needs no vocabulary files)
-shards = 4  # fineweb: train shards of 100M tokens (4 cover the paper's 325M-token schedule)
-mirror = ''  # a folder laid out as <host>/<path> (e.g. ../shared/data), read instead of the network
-base_url = 'https://raw.githubusercontent.com'  # the topic sources download from base_url/<path>
-hf_url = 'https://huggingface.co'  # the fineweb shards download from hf_url/<path>
+tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, no vocabulary files)
+shards = 4  # fineweb: train shards of 100M tokens
+mirror = ''  # a folder laid out as <host>/<path> (../shared/data), read instead of the network
+base_url = 'https://raw.githubusercontent.com'  # the servers of HOST and HF_HOST (tests: local)
+hf_url = 'https://huggingface.co'
 eval_docs = 200  # documents held out per topic for eval.jsonl
-block_size = 256  # sft: the tokens of a sample's row
+block_size = 256  # sft: the tokens of a row
 seed = 1337
 data_root = 'data'
-_valid = ['eval_docs >= 1', 'shards >= 1', 'block_size >= 2']  # configurator.py checks them
+_valid = ['eval_docs >= 1', 'shards >= 1', 'block_size >= 2']  # checked by configurator.py
 
-HOST = 'raw.githubusercontent.com'  # the topic sources' host: mirror/HOST/<path>
+HOST = 'raw.githubusercontent.com'
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
 CODEALPACA = 'sahil280114/codealpaca/master/data/new_codealpaca.json'
 HUMANEVAL = 'openai/human-eval/master/data/HumanEval.jsonl.gz'
@@ -32,24 +30,23 @@ SONNETS = 'danfriedman0/neural-sonnets/master/data/sonnets.txt'
 HF_HOST = 'huggingface.co'  # FineWeb, GPT-2 tokenized, in llm.c's shard format
 FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, number)
 
-def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1; EOT decodes as GPT-2's
-    if name == 'byte':  # '<|endoftext|>', so a document boundary shows
-        eot = lambda i: b'<|endoftext|>' if i == 256 else bytes([i])
-        decode = lambda ids: b''.join(map(eot, map(int, ids))).decode('utf-8', 'replace')
+def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1
+    if name == 'byte':  # EOT decodes as GPT-2's '<|endoftext|>', so a document boundary shows
+        token = lambda i: b'<|endoftext|>' if i == 256 else bytes([i])
+        decode = lambda ids: b''.join(map(token, map(int, ids))).decode('utf-8', 'replace')
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
         raise InputError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
-    import tiktoken  # imported here, so byte-level runs need no vocabulary files
+    import tiktoken  # here, so that byte-level runs never need it
     try:
         enc = tiktoken.get_encoding('gpt2')  # downloads the BPE files unless in TIKTOKEN_CACHE_DIR
     except (OSError, ValueError) as e:
         raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export "
-                  "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
+                         "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
 def pieces(ids, decode):
-    """-> [(text, i, j)]: ids[i:j] decoded together. A run grows while the next token completes a
-    character begun in it (the 2 bytes of '£'): it shows whole, not as two replacement marks."""
+    """-> [(text, i, j)]: runs ids[i:j], each grown until it decodes whole ('£' is 2 bytes)."""
     out, i = [], 0
     for j in range(1, len(ids) + 1):
         if j == len(ids) or decode(ids[i:j + 1]) == decode(ids[i:j]) + decode(ids[j:j + 1]):
@@ -58,33 +55,32 @@ def pieces(ids, decode):
 
 def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/topics_byte bytes
     return dataset + ('_byte' if tokenizer == 'byte' else '')
-def split_folder(folder):  # the inverse: 'topics_byte' -> ('topics', 'byte')
+def split_folder(folder):  # 'topics_byte' -> ('topics', 'byte')
     return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
 
-def token_rows(data, starts, T):  # -> (len(starts), T) int64: the T tokens from each start
+def token_rows(data, starts, T):  # -> (len(starts), T) int64
     return np.stack([data[i:i + T] for i in starts]).astype(np.int64)
 
 def sft_targets(rows, eot, pad=True):
-    """The targets of SFT rows (B, T + 1): prompt, EOT, answer, EOT, EOT padding. The prompt is
-    context only: its targets (and the first EOT) are -1, ignored by the loss; the answer's and its
-    EOT count; the padding's only with pad (the study's "grid" SFT trains them)."""
+    """The targets of SFT rows (B, T + 1) of prompt, EOT, answer, EOT, EOT padding: -1 (no loss)
+    for the prompt and its EOT; the padding counts only with pad (the study's "grid" SFT)."""
     eots = (rows == eot).long()
     before = (eots.cumsum(1) - eots)[:, 1:]  # EOTs before each target: 0 prompt, 1 answer, 2+ pad
     ignored = (before == 0) | ((before >= 2) & (not pad))
     return rows[:, 1:].masked_fill(ignored, -1)
 
-def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirror>/<host>/<path>
-    local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)  # same layout
-    if os.path.isfile(local):  # a rerun reuses what an earlier run downloaded
+def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
+    local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)
+    if os.path.isfile(local):  # the mirror's, or an earlier run's download
         return local
     if mirror:
         raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
-    import requests  # imported here: importing prepare.py stays quick
-    url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path  # tests: local servers
+    import requests  # here, so that importing prepare.py stays quick
+    url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
-    tmp = local + '.tmp'  # renamed once whole: a rerun never takes a cut-off download for the file
+    tmp = local + '.tmp'  # renamed once whole: a rerun never takes a cut-off file for it
     os.makedirs(os.path.dirname(local), exist_ok=True)
-    try:  # (a body shorter than its Content-Length raises in urllib3: an OSError)
+    try:  # (a body shorter than its Content-Length raises an OSError in urllib3)
         with requests.get(url, headers=plain, stream=True, timeout=30) as r, open(tmp, 'wb') as f:
             r.raise_for_status()
             total = int(r.headers.get('Content-Length', 0))
@@ -93,27 +89,27 @@ def fetch(path, host=HOST):  # -> the local file of https://<host>/<path>: <mirr
                 print(f"\rdownloading {url}: {f.tell():,} / {total:,} bytes", end='', flush=True)
         print()
         os.replace(tmp, local)
-    except OSError as e:  # requests' errors too; -> one line, which the excepthook prints
+    except OSError as e:  # requests' errors are OSErrors too
         raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
-                  "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
+                         "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
     finally:  # after an error or Ctrl-C, no leftovers
         pathlib.Path(tmp).unlink(missing_ok=True)
     return local
 
-def read(path):  # the text of a topic source
+def read(path):
     data = pathlib.Path(fetch(path)).read_bytes()
     return (gzip.decompress(data) if path.endswith('.gz') else data).decode('utf-8')
 def jsonl(path):
     return [json.loads(line) for line in read(path).splitlines() if line.strip()]
 def blank_line_separated(path):  # a sonnet, or a speech of the play
     return [d.strip() for d in re.split(r'\n\s*\n', read(path))]
-def joined(parts):  # a document of its non-blank parts, one a line (an SFT pair as topics has it)
+def joined(parts):  # the non-blank parts, one a line (an SFT pair as topics has it)
     return '\n'.join(part for part in parts if part.strip())
 
 def code_pairs():  # CodeAlpaca: (the task and its input if any, the answer)
     return [(joined([r['instruction'], r['input']]), r['output'])
             for r in json.loads(read(CODEALPACA))]
-def code_docs():  # CodeAlpaca's pairs as documents; HumanEval: prompt + solution
+def code_docs():  # the pairs as documents, and HumanEval's prompt + solution
     docs = list(map(joined, code_pairs()))
     return docs + [r['prompt'] + r['canonical_solution'] for r in jsonl(HUMANEVAL)]
 
@@ -123,7 +119,7 @@ def math_pairs():  # GSM8K: (the question, the worked answer ending in '#### N')
 def dialogue_docs():  # DailyDialog: a dialogue a line, turns split by __eou__ -> a turn a line
     docs = []
     for split in ['train', 'validation', 'test']:
-        with zipfile.ZipFile(fetch(DAILYDIALOG % split)) as z:  # read by name, never extracted
+        with zipfile.ZipFile(fetch(DAILYDIALOG % split)) as z:
             lines = z.read(f'{split}/dialogues_{split}.txt').decode('utf-8').splitlines()
         docs += ['\n'.join(filter(None, map(detokenize, line.split('__eou__')))) for line in lines]
     return docs
@@ -147,21 +143,20 @@ DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPE
                        'poetry': lambda: blank_line_separated(SONNETS)},
             'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
-def held_and_kept(name):  # -> (held (topic, eval.jsonl's {'text': doc}), kept docs in order)
+def held_and_kept(name):  # -> ([(topic, {'text': doc})] for eval.jsonl, the kept docs)
     held, kept = [], []
     for topic, source in DATASETS[name].items():
-        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # once: none in both
+        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # each once: never in both
         n_held = min(eval_docs, len(docs) // 2)  # at random, but the same on every run
         out = set(random.Random(f'{seed}:{topic}').sample(range(len(docs)), n_held))
-        held += [(topic, {'text': d}) for i, d in enumerate(docs) if i in out]
+        held += [(topic, {'text': docs[i]}) for i in sorted(out)]
         kept += [d for i, d in enumerate(docs) if i not in out]
         print(f"{topic:>11}: kept {len(docs) - n_held:,} docs, held out {n_held:,}")
     return held, kept
 
 def sft_split():
-    """SFT samples are held out where they come from: a sample of a document that topics holds out
-    (so no model met it in pre-training), unless pre-training has the same text elsewhere or a
-    kept sample has its prompt or its answer (DailyDialog repeats 'Thank you.' in many of them)."""
+    """A sample is held out if it comes from a document that topics holds out, pre-training never
+    met it, and no kept sample has its prompt or answer (DailyDialog repeats 'Thank you.')."""
     held_docs, kept_docs = held_and_kept('topics')
     texts = lambda docs: {*docs, *(p for d in docs for p in itertools.pairwise(d.split('\n')))}
     in_held, in_kept = texts([doc['text'] for _, doc in held_docs]), texts(kept_docs)
@@ -169,7 +164,7 @@ def sft_split():
     for topic, source in DATASETS['sft'].items():
         for pair in dict.fromkeys(p for p in source() if joined(p)):
             met = {pair, joined(pair)}  # as a (turn, next turn) or as a whole document
-            if met & in_held and not met & in_kept:  # never in pre-training
+            if met & in_held and not met & in_kept:
                 held.append((topic, pair))
             else:
                 kept.append(pair)
@@ -182,39 +177,39 @@ def sft_split():
 def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: one a row)
     encode, _, eot = get_tokenizer(tokenizer)
     held, kept = sft_split() if dataset == 'sft' else held_and_kept(dataset)
-    if dataset != 'shakespeare':  # mix the topics; shakespeare keeps its order so the text reads on
+    if dataset != 'shakespeare':  # mix the topics; the play keeps its order, so the text reads on
         random.Random(seed).shuffle(kept)
     held, docs = (sft(encode, eot, held, kept) if dataset == 'sft' else
                   (held, [encode(d) + [eot] for d in kept]))
     n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
     if n < 1:
         raise InputError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
-                  + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
+                         + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
 
 def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT padding
     as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]  # unpadded
-    samples = [as_row(prompt, answer) for prompt, answer in kept]
+    samples = [as_row(*pair) for pair in kept]
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
     held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
-            if len(as_row(prompt, answer)) <= block_size]  # the ones that fit
+            if len(as_row(prompt, answer)) <= block_size]
     return held, rows
 
 def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
     if tokenizer != 'gpt2':
         raise InputError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
-    held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
+    held, _ = held_and_kept('topics')  # eval.py reads the topics' held-out documents
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]
-    return 50256, held, train, val  # 50256: GPT-2's EOT, which starts every document
+    return 50256, held, train, val  # GPT-2's EOT, which starts every document
 def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), then the tokens
     header, size = np.fromfile(path, dtype='<i4', count=256), os.path.getsize(path)
     if len(header) < 256 or list(header[:2]) != [20240520, 1] or size != 1024 + 2 * int(header[2]):
         raise InputError(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
-                  f"magic 20240520, version 1, token count), file size {size:,} bytes")
+                         f"magic 20240520, version 1, token count), file size {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
 def main():
@@ -223,15 +218,15 @@ def main():
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
     for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (built beside it)
         check_output(path, 'data_root')
-    with replaced(out_dir) as new:  # a rerun that fails or is stopped leaves out_dir as it was
+    with replaced(out_dir) as new:  # a run that fails or is stopped leaves out_dir as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
         size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
         if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
             raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
-                      f"it is kept; check the settings, or remove {out_dir} to replace it")
+                             f"it is kept; check the settings, or remove {out_dir} to replace it")
         if not held:  # eval.py needs held-out documents
             raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
-                      (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
+                             (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows
         lines = [json.dumps({'topic': t, **d}, ensure_ascii=False) + '\n' for t, d in held]
