@@ -44,8 +44,8 @@ def pack_docs(docs_tokens, eot, T):
     return x, torch.arange(T) < ends[:, None]
 
 def doc_rows(data_dir, T, max_docs):
-    """-> docs, tokens, x (N, T), real (N, T - 1): is each prediction's TARGET real (as score's
-    columns), n_bad: malformed lines skipped. The first max_docs documents per topic, grouped."""
+    """The first max_docs documents per topic, grouped -> docs, tokens, x (N, T), real (N, T - 1):
+    is each prediction's TARGET real (as score's columns), n_bad: malformed lines skipped."""
     encode, _, eot = get_tokenizer(load_meta(data_dir)['tokenizer'])
     docs, n_bad = read_eval_docs(path := os.path.join(data_dir, 'eval.jsonl'))
     topics = dict.fromkeys(d['topic'] for d in docs)
@@ -105,9 +105,8 @@ def val_nll(model, rows, batch_size, n_loops=None, exit=None):
     return nll.mean().item(), depth.float().mean().item()
 
 def depth_scan(model, rows, batch_size):
-    """Val NLL with every tied segment looped k = 1, 2, 4, ... times up to the trained depth and
-    twice it. Trained at the last depth only, NLL falls with k; trained at every depth, it is flat
-    from k = 1 (the trade-off law). A plain transformer is scored once, as k = 0."""
+    """Val NLL with every tied segment looped k = 1, 2, 4, ... up to twice the trained depth.
+    Trained at the last depth, NLL falls with k; at every depth, it is flat (the trade-off law)."""
     trained = max(model.config.loops, default=0)
     ks = sorted({2 ** i for i in range(trained.bit_length())} | {trained, 2 * trained})
     scan = [(k, *val_nll(model, rows, batch_size, k or None)) for k in ks]
@@ -131,16 +130,15 @@ def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
     return curve
 
 def topic_depths(nll, depth, real, topics):
-    """Per topic: the NLL over every real target of its documents (the whole block, not only the
-    suffix: less noise), the mean iterations spent on those predictions, and how many."""
+    """Per topic: the NLL over every real target of its documents (the whole block: less noise
+    than the suffix), the mean iterations spent on them, and how many."""
     masks = {t: real & torch.tensor([d == t for d in topics])[:, None] for t in sorted(set(topics))}
     return {t: dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
                     tokens=int(m.sum())) for t, m in masks.items()}
 
 def probe(nll, signal, real):
-    """Pearson r between a per-token signal (of its state, at its last step) and the NLL of its
-    prediction, over real targets: does a state that still moves signal uncertainty? (The paper:
-    weakly, r = +0.27..0.39, for the relative residual |z_k - z_(k-1)| / |z_(k-1)|.)"""
+    """Pearson r between a per-token signal and the NLL of its prediction, over real targets: does
+    a state that still moves signal uncertainty? (The paper: r = +0.27..0.39, for resid.)"""
     with np.errstate(all='ignore'):  # undefined (None) for a constant residual: no loop
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)

@@ -156,8 +156,8 @@ class Loop(nn.Module):
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid, states = torch.zeros(z.shape[:2], device=z.device), []
         for i in range(k):
-            # evaluating, stop once every token has: a data-dependent branch, which training
-            # leaves out (a batch rarely stops whole) so that the graph compiles in one piece
+            # evaluating, stop once every token has (training leaves out this data-dependent
+            # branch, so that the graph compiles whole)
             if not self.training and not running.any():
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
@@ -172,10 +172,8 @@ class Loop(nn.Module):
         return rule.output(z), Run(depth, rule.ponder, resid, states)
 
 class Exit:
-    """A post-hoc exit: how one run of a tied segment decides each token's depth (without one, k
-    steps each). After step i, exit(i, z, resid, running) -> (B, T) bool, True where a token stops
-    now (its state is frozen from then on); z: the states, resid: their relative residuals,
-    running: the tokens not stopped before. kind, t:
+    """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a token
+    stops now (its state is frozen from then on); running: the tokens not stopped before. kind, t:
       'maxprob'  stop once the readout's top probability reaches t
       'resid'    stop once the relative residual is below t
       'learned'  stop once the exit distribution's cumulative probability reaches t (ExitGate)"""
@@ -208,11 +206,10 @@ def exit_kinds(c):
     return [] if c.act or not c.loops else ['maxprob', 'resid'] + ['learned'] * c.exit_gate
 
 class ACT:
-    """Graves' adaptive computation time, a segment's own per-token depth: after each step its
-    gate gives each running token a halting probability h; it halts once their sum reaches 1 - eps
-    (or at step k) and weighs that step with the remainder R = 1 - (the sum before). The segment's
-    output is the weighted mean of its states; ponder: the cost N + R (N: steps run). Called like
-    an Exit."""
+    """Graves' adaptive computation time, called like an Exit: after each step the gate gives each
+    running token a halting probability h; it halts once their sum reaches 1 - eps (or at step k),
+    that step weighed by the remainder R = 1 - (the sum before). The output: the weighted mean of
+    the states; ponder: the cost N + R (N: steps run)."""
     def __init__(self, gate, k, z, eps=0.01):
         self.gate, self.k, self.eps = gate, k, eps
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # the sum of h so far
@@ -368,10 +365,9 @@ class GPT(nn.Module):
         return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
 
     def objective(self, logits, targets, runs, depth, ponder):
-        """The training loss. Multi-depth supervision: the loss also at each supervised depth d (the
-        states counted across the segments in order), the loss their mean; an exit gate trains the
-        expected loss under its exit distribution instead (ExitGate.loss); ACT's ponder cost
-        adds its term. -> (loss, {depth: its loss}, the last depth included)."""
+        """-> (the training loss, {depth: its loss}). Multi-depth supervision: the mean of the losses
+        at each supervised depth (counted across the segments) and the last; with an exit gate, the
+        expected loss under its distribution (ExitGate.loss); ACT adds its ponder cost."""
         states = [state for run in runs for state in run.states]
         depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
         every = [self.readout(states[d - 1]) for d in depths] + [logits]
@@ -467,11 +463,9 @@ class KVCache:
         return keys[:, :, :end], values[:, :, :end]
 
     def skip(self, segment, i, k, T):
-        """A chunk of T tokens that all stopped (exit or ACT) after i iterations skips iterations
-        i..k-1: it computes nothing there, and a later token attending at a skipped iteration reads
-        what this chunk had at iteration i - 1, its last one. So each slot of iteration i - 1 (the
-        block's (segment, i - 1), and its exit check's (segment, i - 1, 'coda', j)) is copied to the
-        same slot of every skipped iteration."""
+        """A chunk of T tokens that all stopped after i iterations skips iterations i..k-1, so a
+        later token attending at a skipped iteration must read what the chunk had at i - 1: each
+        slot of iteration i - 1 (the block's, and its exit checks') is copied to every skipped one."""
         now = slice(self.pos, self.pos + T)
         last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
         for slot in last_run:
