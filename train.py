@@ -146,8 +146,7 @@ if compile:
 if ddp:
     model = DDP(model, device_ids=[torch.cuda.current_device()] if device_type == 'cuda' else None)
 
-# data: every rank draws the same global batch positions and takes its share, so N processes
-# see exactly the batch one process would
+# every rank draws the same global batch and takes its share: N processes see what one would
 def draw(data, shape, g):  # random rows: their start positions in the token stream, or SFT rows
     return torch.randint(len(data) - (block_size if data.ndim == 1 else 0), shape, generator=g)
 
@@ -165,8 +164,7 @@ def get_batch(data, ix):
 
 @torch.no_grad()
 def estimate_loss():
-    """Mean NLL at the final depth on the same batches each time, printed and returned. Runs on
-    rank 0 only, so on the raw model, not the DDP wrapper."""
+    """Mean NLL at the final depth on the same batches each time. Rank 0 only: the raw model."""
     out, g, t0 = {}, torch.Generator().manual_seed(seed), time.time()
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
@@ -263,8 +261,8 @@ while iter_num < max_iters:
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
     guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
-    if grad_clip != 0.0:  # the gates on their own norm, so that their early
-        # gradient (norm ~9 for the exit gate) does not scale down the language model's whole step
+    if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
+        # gate) must not scale down the language model's whole step
         for group in clip_groups:
             torch.nn.utils.clip_grad_norm_(group, grad_clip)
     optimizer.step()
