@@ -11,11 +11,10 @@ $ python frontier.py --results=results/tuned --from_runs=True  # its page from i
 $ python frontier.py --results=results/gate --jobs=2 \
       --models=multi,single,exit-10,warmup,exit-10-warmup,exit-10-detach,exit-10-late,exit-10-early
 A finished run is never trained again (one that stopped early is resumed, never measured
-half-trained); a measured run keeps runs/<model>-s<seed>.json, so a rerun trains nothing.
-The rule: a difference is a finding when its mean over n seeds exceeds t(0.975, n-1) standard
-errors (4.30 at 3 seeds, 2.78 at 5; paired by seed), else "not established"; 2 seeds give no
-verdict. A tuned arm is its model and settings, '+'-joined (TUNE): multi+w100+c0.25 is multi with
---warmup_iters=100 --grad_clip=0.25.
+half-trained); a measured run keeps runs/<model>-s<seed>.json, so a rerun trains nothing. A
+difference, paired by seed, is a finding when its mean exceeds t(0.975, n-1) standard errors over
+its n seeds (verdict). A tuned arm is its model and settings, '+'-joined (TUNE): multi+w100+c0.25
+is multi with --warmup_iters=100 --grad_clip=0.25.
 """
 import os
 import sys
@@ -26,6 +25,7 @@ import html
 import string
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from functools import reduce
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -34,6 +34,7 @@ from model import ExitGate, exit_kinds
 from prepare import sft_targets
 from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens, saving
 
+HERE = os.path.dirname(os.path.abspath(__file__))  # train.py, config/: run from any folder
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
 WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU
 # the arms confirmed at 1,500 steps and at a wider shape ('{}' in an argument: the run's steps)
@@ -70,16 +71,13 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
 }
 STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
          'exit-0.1', 'exit-0.1-II', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
-# a tuned arm: a model's name, then '+' and a setting of its own each: multi+w100+c0.25
 TUNE = {'w': 'warmup_iters', 'c': 'grad_clip', 'lr': 'learning_rate', 'a': 'alpha_init',
         'b': 'beta2'}
 
-def tuned(name):
-    """'multi+w100+c0.25' -> (multi's train.py arguments, then --warmup_iters=100
-    --grad_clip=0.25, which override the config's; None). Added to MODELS by its name."""
+def tuned(name):  # 'multi+w100+c0.25' -> (multi's args + --warmup_iters=100 --grad_clip=0.25, None)
     base, *knobs = name.split('+')
     settings = ', '.join(f'{k} ({v})' for k, v in TUNE.items())
-    if base not in MODELS or MODELS[base][0] is None or MODELS[base][1] or not knobs:
+    if base not in MODELS or MODELS[base][1] or not knobs:  # (a stage II has a base too)
         raise InputError(f"--models={name}: a tuned arm is a model trained from scratch, then its "
                          f"settings, e.g. multi+w100+c0.25; settings: {settings}")
     args = list(MODELS[base][0])
@@ -113,9 +111,12 @@ _valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", '
 def run_dir(name, seed):
     return os.path.join(runs, f'{name}-s{seed}')
 
+def log_path(name, seed):  # results/train/<name>-s<seed>.log, its folder made
+    os.makedirs(os.path.join(results, 'train'), exist_ok=True)
+    return os.path.join(results, 'train', f'{name}-s{seed}.log')
+
 def train(name, seed):
-    """python train.py with the model's arguments, unless its run finished (one that stopped early
-    is resumed); its log goes to results/train/."""
+    """python train.py with the model's arguments, unless it finished (a stopped one is resumed)."""
     args, base = MODELS[name]
     if base:  # the run it starts from, first: finished, never half-trained
         train(base, seed)
@@ -131,11 +132,9 @@ def train(name, seed):
         what, why = 'resuming', f" (it stopped at iter {done} of {goal})"
         start = ['--init_from=resume']  # (not fine-tuned anew)
     args = [*args, f'--seed={seed}', f'--out_dir={out_dir}', *train_args.split(), *start]
-    log = os.path.join(results, 'train', f'{name}-s{seed}.log')
+    log = log_path(name, seed)
     print(f"{what} {out_dir}{why}: python train.py {' '.join(args)} > {log}", flush=True)
-    here = os.path.dirname(os.path.abspath(__file__))  # train.py and config/ (run from any folder)
-    args = [os.path.join(here, a) if a.endswith('.py') else a for a in ['train.py', *args]]
-    os.makedirs(os.path.dirname(log), exist_ok=True)
+    args = [os.path.join(HERE, a) if a.endswith('.py') else a for a in ['train.py', *args]]
     with open(log, 'a' if why else 'w') as f:
         r = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT)
     if r.returncode:
@@ -144,9 +143,8 @@ def train(name, seed):
 MARGIN = 0.01  # stage II: the gate learns 'go on' where the next depth gains more (nats)
 
 class StageTwoGate(ExitGate):
-    """Ouro's stage II (the language model frozen): the exit gate's loss is the binary cross-entropy
-    of each lambda_t against 'stop here', true where the next supervised depth gains less than
-    MARGIN, in place of stage I's expected NLL (ExitGate.loss)."""
+    """Ouro's stage II: each lambda_t learns 'stop here' (the next supervised depth gains less than
+    MARGIN) by binary cross-entropy, in place of stage I's expected NLL (ExitGate.loss)."""
     def loss(self, states, nlls, mask):
         lam = torch.stack([self.lam(z.detach()) for z in states])
         stop = (nlls[:-1] - nlls[1:] < MARGIN).float()
@@ -157,7 +155,7 @@ def stage_two(name, seed):
     """Ouro's stage II on the stage-I run of the same seed: the exit gate alone trained on train.bin
     (StageTwoGate.loss), saved as a run of its own. In one go: a stopped one starts again."""
     out_dir = run_dir(name, seed)
-    if os.path.exists(os.path.join(out_dir, 'ckpt.pt')):
+    if os.path.exists(path := os.path.join(out_dir, 'ckpt.pt')):
         return
     model, ckpt = load_checkpoint(os.path.join(run_dir(MODELS[name][1], seed), 'ckpt.pt'), device)
     model.requires_grad_(False)  # the language model frozen; a new gate trains against MARGIN
@@ -166,9 +164,8 @@ def stage_two(name, seed):
     optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
     rows = ev.val_rows(load_tokens(TOPICS, 'train'), model.config.block_size + 1,
                        stage_two_steps * batch_size, seed)  # seeded rows of train.bin, x and y
-    log = os.path.join(results, 'train', f'{name}-s{seed}.log')
+    log = log_path(name, seed)
     print(f"stage II for {out_dir}: {stage_two_steps} steps, margin {MARGIN} > {log}", flush=True)
-    os.makedirs(os.path.dirname(log), exist_ok=True)
     with open(log, 'w') as f:
         for step, xy in enumerate(rows.split(batch_size), 1):
             loss = model(xy[:, :-1].to(device), xy[:, 1:].to(device))[1]
@@ -179,7 +176,7 @@ def stage_two(name, seed):
                 print(f"step {step}: gate loss {loss.item():.4f}", file=f, flush=True)
     ckpt['model'] = model.state_dict()
     os.makedirs(out_dir, exist_ok=True)
-    with saving(os.path.join(out_dir, 'ckpt.pt'), 'of stage II') as tmp:
+    with saving(path, 'of stage II') as tmp:
         torch.save(ckpt, tmp)
 
 # ----------------------------------------------------------------------------- compute
@@ -208,8 +205,7 @@ def train_flops(c, T):
 
 # ----------------------------------------------------------------------------- measuring a run
 @torch.no_grad()
-def every_depth(model, rows):
-    """-> nll, maxprob, resid (K, N): each prediction at fixed depth k = 1..K (in each segment)."""
+def every_depth(model, rows):  # -> nll, maxprob, resid (K, N): each prediction at depth k = 1..K
     out = []
     for k in range(1, model.config.loops[0] + 1):
         per_batch = []
@@ -241,8 +237,7 @@ def oracle(nll, cost):
     return points
 
 def measure_val(model, rows):
-    """-> {policy: [points]} on the val rows: a point is a threshold t (or k), the mean loop depth
-    per token, the NLL and the forward FLOPs per token."""
+    """-> {policy: [points]} on the val rows; a point: its threshold t (or k), depth, NLL, FLOPs."""
     c, T = model.config, rows.size(1)
     point = lambda t, depth, nll, readouts=1, gates=0: dict(
         t=t, depth=depth, nll=nll, flops=flops(c, T, depth, readouts, gates))
@@ -251,9 +246,9 @@ def measure_val(model, rows):
         return {'ACT' if c.act else 'fixed': [point(c.halt_penalty, depth, nll, 1, depth * c.act)]}
     nll, maxprob, resid = every_depth(model, rows)
     S, K = len(c.loops), len(nll)  # (k iterations in each of S segments)
-    out = {'fixed': [dict(point(k, k * S, n.mean().item()), maxprob=m.mean().item(),
-                          resid=r.mean().item()) for k, n, m, r in zip(range(1, K + 1), nll,
-                                                                       maxprob, resid)],
+    mean = lambda v: v.mean().item()
+    out = {'fixed': [point(k, k * S, mean(n)) | dict(maxprob=mean(m), resid=mean(r))
+                     for k, n, m, r in zip(range(1, K + 1), nll, maxprob, resid)],
            'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)])}
     for kind in exit_kinds(c):  # (a maxprob check reads out)
         ts = THRESHOLDS[kind]
@@ -263,17 +258,15 @@ def measure_val(model, rows):
         if kind != 'learned':  # every token runs all K; each reads out at its first confident depth
             signal = {'maxprob': lambda t: maxprob >= t, 'resid': lambda t: resid < t}[kind]
             picked = [(t, *select(nll, signal(t))) for t in ts]
-            out[f'selection {kind}'] = [point(t, K * S, n.mean().item(), K if kind == 'maxprob'
-                                              else 1) | dict(depth=d.float().mean().item() * S)
-                                        for t, n, d in picked]
+            out[f'selection {kind}'] = [point(t, K * S, mean(n), K if kind == 'maxprob' else 1)
+                                        | dict(depth=mean(d.float()) * S) for t, n, d in picked]
     return out
 
 CLASSES = {'digits': string.digits, 'letters': string.ascii_letters, 'spaces': ' \n\t',
            'punctuation': string.punctuation}  # of a byte target; the rest: 'other'
 
 def measure_docs(model, x, real, topics):
-    """On the topics' held-out documents: the paper's suffix NLL (masked and unmasked), the NLL of
-    every real target, the probes, and the loop depth per topic and per character class."""
+    """On the topics' held-out documents: suffix NLL, NLL, probes, depth per topic and per class."""
     nll, depth, resid, entropy = ev.score(model, x, batch_size)
     probes = {p: ev.probe(nll, signal, real) for p, signal in zip(PROBES, (resid, entropy))}
     kind = torch.full((257,), len(CLASSES))  # each byte's class; EOT and non-ASCII: 'other'
@@ -297,8 +290,7 @@ def measure_sft(model, x, real, eot):
                 suffix=ev.suffix_nll(nll, real, columns), suffix_tokens=int(real[:, columns].sum()))
 
 def measure(name, seed):
-    """-> the measurements of one run: runs/<name>-s<seed>.json once it was measured (a fresh clone
-    with the committed results retrains nothing); else the run is trained if need be, measured."""
+    """-> one run's measurements: runs/<name>-s<seed>.json, else trained if need be, measured."""
     path = os.path.join(results, 'runs', f'{name}-s{seed}.json')
     if os.path.exists(path):
         with open(path) as f:
@@ -335,8 +327,8 @@ def campaign(names):
     return {n: {s: out[n, s] for s in seeds} for n in names}
 
 def read_runs(folder):
-    """-> {model: {seed: measurements}} of every folder/runs/*.json: MODELS' order, then the rest
-    (the tuned arms) sorted; a page of models with different seeds (a screen beside seeds 1-3)."""
+    """-> {model: {seed: measurements}} of folder/runs/*.json: MODELS' order, then the rest sorted
+    (the tuned arms; a screen may have other seeds than the models beside it)."""
     runs = {}
     for path in sorted(glob.glob(os.path.join(folder, 'runs', '*.json'))):
         name, seed = os.path.basename(path)[:-len('.json')].rsplit('-s', 1)
@@ -355,8 +347,7 @@ PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DE
 PROBES = ['relative residual', 'entropy']  # (the absolute residual and |z|: RESULTS, 6b)
 KS = [1, 2, 4, 8, 12]  # the fixed depths a table shows
 
-def stats(values):
-    """-> (mean, standard error of the mean) over the seeds."""
+def stats(values):  # -> (mean, standard error of the mean) over the seeds
     v = np.array(values, dtype=float)
     return v.mean(), v.std(ddof=1) / math.sqrt(len(v)) if len(v) > 1 else float('nan')
 
@@ -370,11 +361,13 @@ def cell(runs, name, value, digits=3):  # value(run) over the model's seeds: mea
 def any_run(runs, name):  # what its seeds share: the shape, the data's counts
     return next(iter(runs[name].values()))
 
+def get(*keys):  # -> a run's value at keys: get('docs', 'nll')(run) is run['docs']['nll']
+    return lambda run: reduce(lambda value, key: value[key], keys, run)
+
 # t(0.975, n-1) over n seeds: Student's t, 5% two-sided, n-1 degrees of freedom (verdict)
 T975 = {3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
 
-def verdict(diffs):
-    """The rule: a finding when |mean| > t(0.975, n-1) standard errors, over at least 3 seeds."""
+def verdict(diffs):  # the rule: a finding when |mean| > t(0.975, n-1) SE, over at least 3 seeds
     mean, se = stats(diffs)
     if len(diffs) < 3:
         return f"no verdict ({len(diffs)} seed{'s' * (len(diffs) > 1)})"
@@ -382,8 +375,7 @@ def verdict(diffs):
     return ("**finding**" if abs(mean) > T975[min(len(diffs), 10)] * se
             else "not established") + ratio
 
-def paired(runs, a, b, value):
-    """[a minus b, seed by seed, of value(run)] for the seeds both have."""
+def paired(runs, a, b, value):  # [a minus b, seed by seed, of value(run)] for the seeds both have
     a, b = runs.get(a, {}), runs.get(b, {})
     return [value(a[s]) - value(b[s]) for s in sorted(set(a) & set(b))]
 
@@ -403,8 +395,8 @@ def envelope(run):
     y = np.minimum.accumulate([p['nll'] for p in fixed])
     return lambda flops: float(np.interp(flops, x, y))
 
-def at(k):  # the val NLL of a run at fixed depth k
-    return lambda run: next(p['nll'] for p in run['val']['fixed'] if p['t'] == k)
+def at(k, key='nll'):  # the val NLL (or another key) of a run at fixed depth k
+    return lambda run: next(p[key] for p in run['val']['fixed'] if p['t'] == k)
 
 def trained(run):  # ... at the depth it trained at (ACT: the gate's)
     return (run['val'].get('ACT') or run['val']['fixed'])[-1]['nll']
@@ -414,16 +406,15 @@ def k1_penalty(run):  # how much worse one iteration is than the best depth
 
 def policy_rows(runs, name, policy, base=None):
     """One row per threshold: compute, depth and NLL over the seeds, and the NLL minus the base
-    model's own envelope at the same compute, seed by seed (< 0: the policy beats uniform depth;
-    one model's policies see the same weights and rows, so they are compared within a seed)."""
+    model's envelope at that compute within a seed (same weights, rows): < 0 beats uniform depth."""
     per_seed = {s: r['val'][policy] for s, r in runs[name].items()
                 if policy in r['val'] and s in runs[base or name]}
     rows = []
-    for i, first in enumerate(next(iter(per_seed.values()), [])):
-        points = {s: p[i] for s, p in per_seed.items()}
+    for same_t in zip(*per_seed.values()):  # one threshold's point of each seed
+        points = dict(zip(per_seed, same_t))
         diffs = [p['nll'] - envelope(runs[base or name][s])(p['flops']) for s, p in points.items()]
         column = lambda key, scale=1: [p[key] / scale for p in points.values()]
-        rows.append([name, policy, first['t'], pm(column('flops', 1e6), 2),
+        rows.append([name, policy, same_t[0]['t'], pm(column('flops', 1e6), 2),
                      pm(column('depth'), 2), pm(column('nll')), pm(diffs), verdict(diffs)])
     return rows
 
@@ -432,9 +423,8 @@ def tradeoff(runs, names):
     named += [(f"{a} minus {b}: NLL at k={k}", paired(runs, a, b, at(k))) for a, b, k in [
         ('single', 'multi', 1), ('single', 'multi', 12), ('exit-0.1', 'multi', 12),
         ('exit-0.1', 'single', 12), ('exit-10', 'multi', 12), ('exit-0.1', 'exit-10', 12)]]
-    fixed = lambda k, key: lambda r: r['val']['fixed'][k - 1][key]
-    rows = [[n, k, cell(runs, n, at(k)), cell(runs, n, fixed(k, 'maxprob')),
-             cell(runs, n, fixed(k, 'resid'), 4)] for n in names[:2] for k in range(1, 13)]
+    rows = [[n, k, cell(runs, n, at(k)), cell(runs, n, at(k, 'maxprob')),
+             cell(runs, n, at(k, 'resid'), 4)] for n in names[:2] for k in range(1, 13)]
     return '\n'.join([
         "## 1-2. The trade-off law: val NLL at fixed depth k\n",
         table(['model', *[f'k={k}' for k in KS], 'k=1 minus best'],
@@ -494,10 +484,9 @@ def training(runs, names):
                      [('phantom', 'single'), ('sandwich3', 'single'), ('single', 'plain')]])])
 
 def documents(runs, names):
-    suffix = lambda key: lambda r: r['docs']['suffix'][key]
     probe = lambda p: lambda r: r['docs']['probes'][p] or 0  # (None: no loop, a constant signal)
-    rows = [[n, cell(runs, n, suffix('masked')), cell(runs, n, suffix('unmasked')),
-             f"{suffix('pad_fraction')(any_run(runs, n)):.1%}",
+    rows = [[n, *[cell(runs, n, get('docs', 'suffix', key)) for key in ('masked', 'unmasked')],
+             f"{any_run(runs, n)['docs']['suffix']['pad_fraction']:.1%}",
              *[cell(runs, n, probe(p), 2) for p in PROBES]] for n in names]
     return '\n'.join([
         "## 5. Padding, and 6b. the probes (Pearson r with the NLL), on the held-out documents\n",
@@ -508,31 +497,27 @@ def act_depths(runs, names):
     for n in names:
         per_seed = list(runs[n].values())
         groups = [(g, t) for g in ('topics', 'classes') for t in per_seed[0]['docs'][g]]
-        value = lambda key, g, t: lambda r: r['docs'][g][t][key]
-        out.append(f"`{n}` (halt_penalty {n.split('-')[1]}):\n")
-        out.append(table(['', *[t for _, t in groups]], [
-            ['mean depth', *[cell(runs, n, value('mean_depth', g, t), 2) for g, t in groups]],
-            ['NLL', *[cell(runs, n, value('nll', g, t)) for g, t in groups]],
-            ['tokens', *[value('tokens', g, t)(per_seed[0]) for g, t in groups]]]))
-        depth = lambda r, t, g='topics': value('mean_depth', g, t)(r)
+        out += [f"`{n}` (halt_penalty {n.split('-')[1]}):\n", table(['', *[t for _, t in groups]], [
+            ['mean depth', *[cell(runs, n, get('docs', g, t, 'mean_depth'), 2) for g, t in groups]],
+            ['NLL', *[cell(runs, n, get('docs', g, t, 'nll')) for g, t in groups]],
+            ['tokens', *[per_seed[0]['docs'][g][t]['tokens'] for g, t in groups]]])]
+        depth = lambda r, t, g='topics': r['docs'][g][t]['mean_depth']
         topics = list(per_seed[0]['docs']['topics'])
         mean = {t: np.mean([depth(r, t) for r in per_seed]) for t in topics}
         hi, lo = max(mean, key=mean.get), min(mean, key=mean.get)  # (picked after the fact)
-        out.append(differences([
-            (f"{hi} minus {lo} (the deepest and shallowest topic on average)",
-             [depth(r, hi) - depth(r, lo) for r in per_seed]),
-            ('digits minus letters', [depth(r, 'digits', 'classes') - depth(r, 'letters', 'classes')
-                                      for r in per_seed])]))
         orders = [' > '.join(sorted(topics, key=lambda t: -depth(r, t))) for r in per_seed]
-        out.append(f"Topics by depth, seed by seed: {'; '.join(orders)}\n")
+        classes = [depth(r, 'digits', 'classes') - depth(r, 'letters', 'classes') for r in per_seed]
+        out += [differences([(f"{hi} minus {lo} (the deepest and shallowest topic on average)",
+                              [depth(r, hi) - depth(r, lo) for r in per_seed]),
+                             ('digits minus letters', classes)]),
+                f"Topics by depth, seed by seed: {'; '.join(orders)}\n"]
     return '\n'.join(out)
 
 def sft(runs, names):
-    value = lambda key: lambda r: r['sft'][key]
-    suffix = lambda key: lambda r: r['sft']['suffix'][key]
-    answers, padded, topics = value('answer'), value('with_pad'), lambda r: r['docs']['nll']
+    answers, padded, topics = get('sft', 'answer'), get('sft', 'with_pad'), get('docs', 'nll')
     metrics = [('answers (masked)', answers), ('answers + pad', padded),
-               ('suffix masked', suffix('masked')), ('suffix unmasked', suffix('unmasked')),
+               ('suffix masked', get('sft', 'suffix', 'masked')),
+               ('suffix unmasked', get('sft', 'suffix', 'unmasked')),
                ('topics docs, real tokens', topics)]
     ranks = [[s, what, ' < '.join(sorted(names, key=lambda n: f(runs[n][s])))]
              for s in sorted(set.intersection(*[set(runs[n]) for n in names]))
@@ -556,8 +541,7 @@ def sft(runs, names):
         table(['seed', 'ranked by', 'models, best first'], ranks),
         differences([(what, paired(runs, a, b, f)) for what, a, b, f in named])])
 
-def findings(runs):
-    """-> the findings page (markdown): every table, from the measured runs."""
+def findings(runs):  # -> the findings page (markdown): every table, from the measured runs
     have = lambda names: [n for n in names if runs.get(n)]
     seeds = sorted({s for per in runs.values() for s in per})
     parts = [f"# The seeded findings\n\nWritten by `python frontier.py --results={results}` from "
@@ -583,9 +567,8 @@ def findings(runs):
     return '\n'.join(parts)
 
 def tuning(runs):
-    """Section 11: each tuned arm (TUNE) beside its model at the configs' settings, and the
-    differences that decide: an arm minus its model, and each gated model minus each ungated one
-    (each at its own best settings among them: the method tuned as hard as the baseline)."""
+    """Each tuned arm beside its model at the configs' settings; each arm minus its model, and each
+    gated model minus each ungated one at any settings (the method tuned as hard as the base)."""
     base = lambda n: n.partition('+')[0]
     arms = sorted([n for n in runs if '+' in n and runs[n]],
                   key=lambda n: (list(MODELS).index(base(n)), n))
@@ -604,19 +587,16 @@ def schedule(suffix):  # the fixed-depth models of one schedule: '' (750 steps),
     return [n + suffix for n in FIXED_MODELS if n + suffix in MODELS]
 
 # ----------------------------------------------------------------------------- the chart
-def ticks(lo, hi, n=5):
-    """About n round values (1, 2 or 5 times a power of ten apart) from lo to hi."""
-    raw = (hi - lo) / n
+def ticks(lo, hi):  # about 5 round values (1, 2 or 5 times a power of ten apart) from lo to hi
+    raw = (hi - lo) / 5
     step = min((m * 10 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)),
                key=lambda st: abs(st - raw))
     return np.arange(math.ceil(lo / step) * step, hi + step / 1e6, step)
 
 CHART_W, CHART_H = 520, 240  # one chart, in pixels; the legend takes the right 150
 
-def svg_chart(title, series):
-    """A line chart of val NLL against forward MFLOP per token in plain SVG: axes with ticks and
-    gridlines, a point per value, a legend. series: [(name, colour, [(x, y)])]."""
-    points = [p for _, _, ps in series for p in ps] or [(0, 0)]
+def svg_chart(title, series):  # [(name, colour, [(MFLOP, NLL)])] -> an SVG line chart, a legend
+    points = [p for _, _, ps in series for p in ps]
     (x0, y0), (x1, y1) = np.min(points, 0), np.max(points, 0)
     x1, y1 = max(x1, x0 + 1e-3), max(y1, y0 + 1e-3)  # a flat line still gets an axis
     left, right, top, bottom = 56, CHART_W - 150, 24, CHART_H - 40  # the plot area
@@ -650,8 +630,8 @@ def svg_chart(title, series):
 
 def mean_points(runs, name, policy):  # [(MFLOP, NLL)] of a policy, each the mean over the seeds
     per_seed = [r['val'][policy] for r in runs[name].values() if policy in r['val']]
-    return [(np.mean([p[i]['flops'] for p in per_seed]) / 1e6,
-             np.mean([p[i]['nll'] for p in per_seed])) for i in range(len(per_seed[0]))]
+    return [(np.mean([p['flops'] for p in points]) / 1e6, np.mean([p['nll'] for p in points]))
+            for points in zip(*per_seed)]
 
 def chart(runs):
     """One chart per fixed-depth model of each schedule: its fixed depths, exits and oracle beside
@@ -659,9 +639,9 @@ def chart(runs):
     series_of = {'fixed': 'black', 'frozen maxprob': 'crimson', 'frozen resid': 'darkorange',
                  'frozen learned': 'seagreen', 'oracle': 'steelblue'}
     charts = []
-    for names in [[n for n in schedule(sfx) if runs.get(n)] for sfx in ('', '-1500', '-wide')]:
-        best = [(x / 1e6, np.mean(per_seed)) for _, x, per_seed in
-                (best_envelope(runs, names) if names else [])]
+    schedules = [[n for n in schedule(sfx) if runs.get(n)] for sfx in ('', '-1500', '-wide')]
+    for names in filter(None, schedules):  # (each with a model measured)
+        best = [(x / 1e6, np.mean(per_seed)) for _, x, per_seed in best_envelope(runs, names)]
         for n in names:
             series = [(policy, colour, mean_points(runs, n, policy))
                       for policy, colour in series_of.items() if policy in any_run(runs, n)['val']]
@@ -678,7 +658,7 @@ def chart(runs):
             f'height="{CHART_H * len(charts)}">{body}</svg>\n')
 
 if __name__ == '__main__':
-    exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+    exec(open(os.path.join(HERE, 'configurator.py')).read())
     names = models.split(',') if models else STUDY
     MODELS.update({name: tuned(name) for name in names if '+' in name})
     if unknown := [name for name in names if name not in MODELS]:
