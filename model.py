@@ -365,9 +365,9 @@ class GPT(nn.Module):
         return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
 
     def objective(self, logits, targets, runs, depth, ponder):
-        """-> (the training loss, {depth: its loss}). Multi-depth supervision: the mean of the losses
-        at each supervised depth (counted across the segments) and the last; with an exit gate, the
-        expected loss under its distribution (ExitGate.loss); ACT adds its ponder cost."""
+        """-> (the training loss, {depth: its loss}). Multi-depth supervision: the mean of the
+        losses at each supervised depth (counted across the segments) and the last; with an exit
+        gate, the expected loss under its distribution (ExitGate.loss); ACT adds its ponder cost."""
         states = [state for run in runs for state in run.states]
         depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
         every = [self.readout(states[d - 1]) for d in depths] + [logits]
@@ -465,7 +465,7 @@ class KVCache:
     def skip(self, segment, i, k, T):
         """A chunk of T tokens that all stopped after i iterations skips iterations i..k-1, so a
         later token attending at a skipped iteration must read what the chunk had at i - 1: each
-        slot of iteration i - 1 (the block's, and its exit checks') is copied to every skipped one."""
+        slot of iteration i - 1 (the block's, its exit checks') is copied to every skipped one."""
         now = slice(self.pos, self.pos + T)
         last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
         for slot in last_run:

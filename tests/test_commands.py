@@ -85,6 +85,13 @@ def test_readme_is_short():
     assert [i for i, line in enumerate(lines, 1) if len(line) > 100] == []
 
 
+def test_no_line_of_code_is_over_100_characters():
+    """The budget (DESIGN.md): no line over 100 characters in any top-level script."""
+    long = [f"{p.name}:{i}" for p in sorted(REPO.glob('*.py'))
+            for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 100]
+    assert long == []
+
+
 def anchor(heading):
     """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
     return re.sub(r'[^\w\- ]', '', heading.strip().lower()).replace(' ', '-')
