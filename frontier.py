@@ -567,9 +567,11 @@ def findings(runs):  # -> the findings page (markdown): every table, from the me
     return '\n'.join(parts)
 
 def tuning(runs):
-    """Each tuned arm beside its model at the configs' settings; each arm minus its model, and each
-    gated model minus each ungated one at any settings (the method tuned as hard as the base)."""
+    """Each tuned arm beside its model at the configs' settings; each arm minus its model; each
+    gated model minus each ungated one of its schedule at any settings (the method tuned as hard
+    as the base); and the trade-off law at each setting that single and multi both ran."""
     base = lambda n: n.partition('+')[0]
+    steps = lambda n: next((s for s in ('-1500', '-wide') if base(n).endswith(s)), '')
     arms = sorted([n for n in runs if '+' in n and runs[n]],
                   key=lambda n: (list(MODELS).index(base(n)), n))
     bases = [n for n in dict.fromkeys(map(base, arms)) if runs.get(n)]
@@ -577,9 +579,13 @@ def tuning(runs):
     rows = [[n, len(runs[n]), *[cell(runs, n, at(k)) for k in ks]] for n in bases + arms]
     named = [(f"{a} minus {base(a)}: NLL at k={k}", paired(runs, a, base(a), at(k)))
              for a in arms for k in ks]
-    gated = [n for n in bases + arms if n.startswith('exit')]  # each gated minus each ungated,
-    named += [(f"{a} minus {b}: NLL at k=12", paired(runs, a, b, at(12)))  # at any settings
-              for a in gated for b in bases + arms if not b.startswith('exit') and '+' in a + b]
+    gated = [n for n in bases + arms if n.startswith('exit')]  # each gated minus each ungated
+    named += [(f"{a} minus {b}: NLL at k=12", paired(runs, a, b, at(12)))
+              for a in gated for b in bases + arms
+              if not b.startswith('exit') and '+' in a + b and steps(a) == steps(b)]
+    laws = [(a, 'multi' + a[len('single'):]) for a in arms if a.startswith('single+')]
+    named += [(f"{a} minus {m}: the k=1 penalty", paired(runs, a, m, k1_penalty))
+              for a, m in laws if runs.get(m)]
     return '\n'.join(["## 11. Tuned settings: each arm beside its model (TUNE in frontier.py)\n",
                       table(['model', 'seeds', *[f'k={k}' for k in ks]], rows), differences(named)])
 

@@ -284,3 +284,22 @@ def test_two_jobs_train_the_bases_first_and_each_run_once(tmp_path, monkeypatch)
     assert sorted(e[1:] for e in events if e[0] == 'measure') == sorted(
         (n, s) for n in ('sft', 'sft-nopad', 'multi') for s in (1, 2))
     assert out['sft'] == {1: 'sft', 2: 'sft'}
+
+
+def test_tuned_arms_pair_within_their_schedule_and_ask_the_tradeoff_law_again():
+    """Section 11: each tuned arm minus its model; a gated arm minus an ungated one only when both
+    ran the same schedule (750 steps, -1500, -wide); and at each setting that single and multi both
+    ran, single minus multi's k=1 penalty (the trade-off law at those settings)."""
+    def run(k1, k12):  # a run's val NLL at fixed depths 1..12, linear between k=1 and k=12
+        return {'val': {'fixed': [{'t': k, 'nll': k1 + (k12 - k1) * (k - 1) / 11}
+                                  for k in range(1, 13)]}}
+    nlls = {'multi': (2.40, 2.39), 'multi+w100': (2.30, 2.29), 'single+w100': (2.50, 2.30),
+            'exit-10-early+w100': (2.20, 2.15), 'multi-1500+w100': (1.95, 1.94)}
+    runs = {n: {s: run(k1 + s / 100, k12 + s / 100) for s in (1, 2, 3)}
+            for n, (k1, k12) in nlls.items()}
+    page = frontier.tuning(runs)
+    assert 'multi+w100 minus multi: NLL at k=12 | -0.100' in page
+    assert 'exit-10-early+w100 minus multi+w100: NLL at k=12 | -0.140' in page
+    assert 'exit-10-early+w100 minus multi-1500+w100' not in page  # 750 steps against 1,500
+    # single's k=1 penalty 0.20, multi's 0.01 (at the same settings): the law, 0.190 at every seed
+    assert 'single+w100 minus multi+w100: the k=1 penalty | 0.190' in page
