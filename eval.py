@@ -215,7 +215,7 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
         # without ACT, the depth each token takes under the curve's middle exit
         exit = None if c.act or not c.loops else (kind, thresholds[len(thresholds) // 2])
-        shade = score(model, x[shown], batch_size, exit=exit)[1]
+        shade = score(model, x[shown], batch_size, exit=exit)[1] if exit else depth[shown]
         what = f'{exit[0]} exit at {exit[1]}' if exit else source
         write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
                    get_tokenizer(load_meta(data_dir)['tokenizer'])[1], what)
