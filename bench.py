@@ -51,10 +51,12 @@ compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
 estimate = ''  # config names (v3,v5,...): print their parameters, tokens and memory per step
-_valid = ['batch_size >= 1', 'block_size >= 1', 'k >= 1', 'all(kk >= 1 for kk in phantom_ks)',
-          'gen_tokens >= 2', 'repeats >= 1', 'peak_flops >= 0',
-          'all(w >= n_head and w % n_head == 0 for w in dtype_widths)',
-          guards.DTYPE_RULE, "prompt != ''"]  # configurator.py checks them
+_domain = {'batch_size block_size n_embd n_head k repeats': 'x >= 1', 'gen_tokens': 'x >= 2',
+           'n_prelude n_coda': 'x >= 0', 'vocab_size': 'x >= 257', 'peak_flops': 'x >= 0',
+           'phantom_ks gen_loops dtype_widths': 'all(type(k) is int and k >= 1 for k in x)',
+           'init_from': 'paths', 'prompt': "x != ''", 'dtype': guards.DTYPES,
+           'exit_at estimate device compile seed': 'any'}  # (x: the key's value)
+_rules = ['all(w % n_head == 0 for w in dtype_widths)', 'n_embd % n_head == 0']
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = get_device(device)

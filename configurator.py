@@ -1,12 +1,13 @@
 # Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 # $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
 # A config file sets globals, then --key=value overrides one. Each key must be a global of the
-# script already and keeps its type; then the rules in the script's _valid list must hold.
+# script already and keeps its type; then it must lie in the domain the script's _domain table
+# declares for it, and the _rules across keys must hold (guards.check_keys).
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
 import ast, builtins, os, re, sys, traceback
 from difflib import get_close_matches
 import guards as _guards
-from guards import InputError, check_rules, typed
+from guards import InputError, typed
 
 sys.excepthook = _guards.excepthook  # bad input: one line, 'error: ...'
 
@@ -70,6 +71,6 @@ for _arg in sys.argv[1:]:
         _said = f"Overriding config with {_arg}"
     if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
         print(_said)
-check_rules(globals().get('_valid', []), globals(), _keys)  # (_keys: the defaults, valid values)
+_guards.check_keys(_domain, _rules, globals(), _keys)  # (_keys: the defaults, valid values)
 if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fine; run nothing
     sys.exit(0)

@@ -27,10 +27,13 @@ thresholds = ()         # () = DEFAULTS[exit_kind], the early-exit curve's defau
 max_docs = 200          # eval.jsonl documents per topic
 html = ''               # write the depth map to this file (several out_dirs: to this name in each)
 seed = 1337
-_valid = ['batch_size >= 1', 'eval_iters >= 1', 'block_size >= 0', 'suffix_start >= 0',
-          'max_docs >= 1', '0 <= seed < 2**64', "exit_kind in ('', 'maxprob', 'resid')",
-          'all(type(t) in (int, float) and t >= 0 for t in thresholds)',
-          guards.DTYPE_RULE]  # configurator.py checks these rules
+_domain = {'batch_size eval_iters max_docs': 'x >= 1', 'suffix_start': 'x >= 0',
+           'block_size': 'x == 0 or x >= 2',  # (a row of one token has no target to score)
+           'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)',
+           "exit_kind": "x in ('', 'maxprob', 'resid')", 'seed': '0 <= x < 2**64',
+           'out_dir': 'paths', 'html': 'new file', 'dataset': 'name', 'dtype': guards.DTYPES,
+           'device': 'any'}  # each key's values (x: its value), checked by configurator.py
+_rules = ["exit_kind == 'resid' or all(t <= 1 for t in thresholds)"]  # maxprob: a probability
 # -----------------------------------------------------------------------------
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 

@@ -105,8 +105,10 @@ TOPICS, SFT = 'data/topics_byte', 'data/sft_byte'
 eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
-_valid = ['eval_iters >= 1', 'batch_size >= 1', "results != ''", "runs != ''", 'len(seeds) >= 1',
-          'len(set(seeds)) == len(seeds)', 'stage_two_steps >= 1', 'jobs >= 1']
+_domain = {'eval_iters batch_size stage_two_steps jobs': 'x >= 1', 'results runs': 'new folder',
+           'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)',
+           'models train_args from_runs device': 'any'}  # each key's values (x: its value)
+_rules = []  # across keys: none (configurator.py checks both)
 
 def run_dir(name, seed):
     return os.path.join(runs, f'{name}-s{seed}')

@@ -1,12 +1,14 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, sys, glob, json, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
+import os, re, sys, glob, json, math, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 import numpy as np
 
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
-DTYPE_RULE = "dtype in ('', 'float32', 'bfloat16')"  # every script's --dtype
+DTYPES = "x in ('', 'float32', 'bfloat16')"  # every script's --dtype
+EOT = {'byte': 256, 'gpt2': 50256}  # prepare.py's tokenizers: their EOT ids (vocab_size: + 1)
+PATHS = ('path', 'paths', 'new file', 'new folder', 'name')  # the domains that are not a rule on x
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 class InputError(ValueError):
@@ -28,12 +30,13 @@ def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='',
     return (f"--{key}={shlex.quote(value)}" if type(value) is str
             else shlex.quote(f"--{key}={value}"))
 
+def holds(rule, values):
+    try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
+        return eval(rule, dict(values))
+    except Exception:
+        return False
+
 def check_rules(rules, values, example):  # bad input: the first rule values break, e.g. defaults
-    def holds(rule, values):
-        try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
-            return eval(rule, dict(values))
-        except Exception:
-            return False
     for rule in rules:
         if not holds(rule, values):
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
@@ -42,6 +45,47 @@ def check_rules(rules, values, example):  # bad input: the first rule values bre
             fits = valid and holds(rule, {**values, **shown})  # (no example that breaks it)
             raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
                              + (f", e.g. {valid}" if fits else ''))
+
+def domains(table):  # {'a b': 'x >= 1'} -> {'a': 'x >= 1', 'b': 'x >= 1'}
+    return {key: domain for keys, domain in table.items() for key in keys.split()}
+
+def check_keys(table, rules, values, defaults):
+    """configurator.py: each key against its domain (a path: ~ and $VAR expanded), then the rules
+    across keys (resuming or fine-tuning, train.py checks those on the run's settings)."""
+    table = domains(table)
+    if undeclared := [k for k in defaults if k not in table]:  # a bug of the script, not input
+        raise RuntimeError(f"no domain declared for {', '.join(undeclared)}: add it to _domain")
+    for key, default in defaults.items():
+        value, domain = values[key], table[key]
+        finite = all(math.isfinite(v) for v in (value if type(value) is tuple else (value,))
+                     if type(v) is float)  # (1e999 reads as inf: a rule's bound would hold)
+        rule = re.sub(r'\bx\b', key, domain)
+        if not finite or domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
+            example = f", e.g. {typed(key, default)}" if holds(domain, {'x': default}) else ''
+            raise InputError(f"{typed(key, value)}: need {rule if finite else 'a finite number'}"
+                             + example)
+        if domain in PATHS and value != default:
+            values[key] = check_path(key, value, domain, default)
+    if values.get('init_from', '') in ('', 'scratch'):
+        check_rules(rules, values, defaults)
+
+def check_path(key, value, kind, default):  # -> the path, ~ and $VAR expanded, or bad input
+    if value == '':  # '' is a path only where it is the default (off)
+        raise InputError(f"{typed(key, value)}: need {key} != '', e.g. {typed(key, default)}")
+    names = value.split(',') if kind == 'paths' and not os.path.isdir(value) else [value]
+    paths = [os.path.expanduser(os.path.expandvars(name)) for name in names]
+    for path in paths:  # what is left is what bash would have expanded, or a typo
+        if odd := re.search(r'\$\{?\w+|^~\w*|[\x00-\x1f]|^\s|\s$', path):
+            why = (f"{odd[0]} is not set" if odd[0][0] == '$' else f"{odd[0]} is no home folder"
+                   if odd[0][0] == '~' else "a space at one end, or a control character")
+            raise InputError(f"{typed(key, value)}: {why}: type the path as it is")
+        if kind == 'name' and (os.sep in path or path in ('.', '..')):
+            raise InputError(f"{typed(key, value)}: {key} is a folder name in data/, not a path, "
+                             f"e.g. {typed(key, default)}")
+        clash = {'new folder': (os.path.isfile, 'file'), 'new file': (os.path.isdir, 'folder')}
+        if kind in clash and clash[kind][0](path):  # (an output where a file is, or a folder)
+            raise InputError(f"cannot write {path}: it is a {clash[kind][1]}: give another --{key}")
+    return ','.join(paths)
 
 def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input that names the fix
     try:
@@ -122,9 +166,9 @@ def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a con
         t = float(t) if kind in ('maxprob', 'resid', 'learned') else -1.0
     except ValueError:
         t = -1.0
-    if not t >= 0:
-        raise InputError(f"--exit_at={s}: write maxprob:T, resid:T or learned:T, T >= 0, "
-                         "e.g. --exit_at=maxprob:0.9")
+    if not (0 <= t <= 1 or kind == 'resid' and t >= 0):  # (maxprob:1.5 would never exit)
+        raise InputError(f"--exit_at={s}: write maxprob:T or learned:T (0 <= T <= 1), or resid:T "
+                         "(T >= 0), e.g. --exit_at=maxprob:0.9")
     has, lacks = exits(config) if config else ([kind], '')
     if kind not in has:
         fix = f"use --exit_at={has[0]}:{t:g}" if has else "drop --exit_at"
@@ -206,6 +250,16 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
     if not all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row')):
         raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
                                f"{meta['row']!r}: each must be a whole number")
+    eot = EOT.get(meta['tokenizer'])
+    if (meta['eot'], meta['vocab_size']) != (eot, eot and eot + 1):  # (another tokenizer's data?)
+        raise data_error(path, f"says tokenizer {meta['tokenizer']!r} with eot {meta['eot']} and "
+                               f"vocab_size {meta['vocab_size']}: prepare.py's byte has 256, 257 "
+                               "and gpt2 50256, 50257")
+    with suppress(TypeError):  # (not a dtype at all: load_tokens says so)
+        dtype = np.dtype(meta['dtype'])
+        if dtype.kind not in 'ui' or np.iinfo(dtype).max < eot:
+            raise data_error(path, f"says dtype {meta['dtype']}: token ids up to {eot} need one "
+                                   "of whole numbers that holds them, e.g. uint16")
     return meta
 
 def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used

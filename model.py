@@ -35,16 +35,23 @@ class GPTConfig:
 
     def __post_init__(self):
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
-        for rule in RULES:  # (train.py checks the same RULES first, naming its --keys)
-            if not eval(rule, vars(self).copy()):
-                keys = ', '.join(f'{k}={v!r}' for k, v in vars(self).items() if k in rule)
-                raise ValueError(f"GPTConfig({keys}): need {rule}")
+        fields = vars(self).copy()
+        for keys, rule in [*DOMAIN.items(), *((None, rule) for rule in RULES)]:
+            for key in keys.split() if keys else [None]:  # (a domain: x is the field's value)
+                if rule != 'any' and not eval(rule, {**fields, 'x': fields.get(key)}):
+                    shown = ', '.join(f'{k}={v!r}' for k, v in fields.items()
+                                      if k == key or not key and k in rule)
+                    need = rule.replace('x', key) if key else rule
+                    raise ValueError(f"GPTConfig({shown}): need {need}")
 
-# the fields' valid values: train.py checks them first, naming the --keys
-RULES = ['min(block_size, n_embd, n_head) >= 1', 'n_embd % n_head == 0', '0 < alpha_init < 1',
-         'all(k >= 1 for k in loops)', 'all(1 <= d <= sum(loops) for d in supervise)',
-         'phantom_steps >= 1', 'halt_penalty >= 0', '0 <= dropout < 1',
-         'not (act and phantom)', 'not (act and supervise)', 'exit_beta >= 0',
+# each field's valid values (x: its value), then the rules across fields; train.py checks them
+# first, naming its --keys (guards.check_keys)
+DOMAIN = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
+          'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
+          'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
+          'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
+RULES = ['n_embd % n_head == 0', 'all(d <= sum(loops) for d in supervise)',
+         'not (act and phantom)', 'not (act and supervise)',
          'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)']
 
 class Attention(nn.Module):

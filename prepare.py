@@ -17,7 +17,11 @@ eval_docs = 200  # documents held out per topic for eval.jsonl
 block_size = 256  # sft: the tokens of a row
 seed = 1337
 data_root = 'data'
-_valid = ['eval_docs >= 1', 'shards >= 1', 'block_size >= 2']  # checked by configurator.py
+_domain = {'dataset': "x in ('topics', 'shakespeare', 'fineweb', 'sft')",
+           'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
+           'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))",
+           'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'}
+_rules = []  # each key's values (x: its value), and the rules across keys: configurator.py checks
 
 HOST = 'raw.githubusercontent.com'
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'

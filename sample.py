@@ -24,10 +24,12 @@ show_depth = False  # colour new tokens by loop depth (with exit_at or ACT each 
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = the dtype the model was trained with
-_valid = ['max_new_tokens >= 1', 'num_samples >= 1', 'temperature >= 0', 'top_k >= 0',
-          '0 < top_p <= 1', 'repetition_penalty > 0', '0 <= seed < 2**64',
-          'type(n_loops) in (int, tuple, type(None))',
-          guards.DTYPE_RULE]  # configurator.py checks them
+_domain = {'max_new_tokens num_samples': 'x >= 1', 'temperature top_k': 'x >= 0',
+           'top_p': '0 < x <= 1', 'repetition_penalty': 'x > 0', 'seed': '0 <= x < 2**64',
+           'n_loops': 'x is None or type(x) is int and x >= 1'
+                      ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)',
+           'out_dir': 'paths', 'dtype': guards.DTYPES, 'start exit_at show_depth device': 'any'}
+_rules = []  # each key's values (x: its value) and the rules across keys: configurator.py checks
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, RULES
+from model import GPTConfig, GPT, DOMAIN, RULES
 from prepare import sft_targets, token_rows
 import guards
 from guards import autocast_dtype, load_meta, load_tokens
@@ -68,14 +68,18 @@ dtype = ''    # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instruction
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
-# the valid range of each key, checked with the model's RULES once the run's settings are known
-TRAIN_RULES = ["out_dir != ''", "dataset != ''", "init_from != ''", 'eval_interval >= 1',
-               'log_interval >= 1', 'eval_iters >= 1', 'gradient_accumulation_steps >= 1',
-               'batch_size >= 1', 'max_iters >= 0', 'learning_rate > 0', 'min_lr >= 0',
-               'warmup_iters >= 0', 'not decay_lr or lr_decay_iters > warmup_iters',
-               'weight_decay >= 0', '0 <= beta1 < 1', '0 <= beta2 < 1', 'grad_clip >= 0',
-               guards.DTYPE_RULE, '0 <= seed < 2**64',
-               'len(gate_detached) == 2 and (exit_gate or gate_detached[0] >= gate_detached[1])']
+# each key's valid values (x: its value; the model's keys: model.DOMAIN), then the rules across
+# keys: configurator.py checks them (resuming or fine-tuning, on the run's settings)
+_domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
+           'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
+           'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
+           'learning_rate': 'x > 0', 'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
+           'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
+           'dtype': guards.DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
+           'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'}
+_rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',
+                  'not decay_lr or min_lr <= learning_rate',
+                  'exit_gate or gate_detached[0] >= gate_detached[1]']
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -85,7 +89,7 @@ exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator
 # the run's settings: this command line's; resuming, the ones its checkpoint saved but for the
 # keys given here; fine-tuning (init_from=<out_dir>), the trained model's architecture
 settings, model, ckpt = guards.run_settings({k: globals()[k] for k in config_keys}, defaults,
-                                            RULES + TRAIN_RULES)
+                                            _rules)
 globals().update(settings)
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
 resuming = init_from == 'resume'

@@ -52,7 +52,8 @@ def test_the_docs_have_commands():
 def parsed():
     """Each script + arguments, checked once, all at once (each in a process forked from harness.SERVER,
     which imported torch already: the import is most of such a run)."""
-    env = {**os.environ, 'NANOLOOP_ARGS_ONLY': '1', 'OMP_NUM_THREADS': '1'}
+    env = {**os.environ, 'NANOLOOP_ARGS_ONLY': '1', 'OMP_NUM_THREADS': '1',  # README exports SHARED first
+           'SHARED': str(REPO.parent / 'shared')}
     runs = sorted({p for _, cmd in ALL if (p := script_and_args(cmd))})
 
     def check(p):

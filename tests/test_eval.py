@@ -135,14 +135,19 @@ def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
     assert colour('\u00a3') == ['hsl(0,85%,82%)'] and '\ufffd' not in page  # one span, depth 3 of 3: red
     assert colour(' ') == ['hsl(147,85%,82%)']  # depth 1 of 3
 
+GPT2_META = dict(tokenizer='gpt2', vocab_size=50257, eot=50256, dtype='uint16')
+
+
 def test_bad_input_is_one_line(tmp_path):
     cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),
-             'vocab': ([], 'meta.json: tokenizer byte, vocab_size 300, but the model was trained on'),
+             'vocab': ([], 'meta.json: tokenizer gpt2, vocab_size 50257, but the model was trained on'),
              'ckpt': (['--out_dir=nope'], 'no checkpoint at nope/ckpt.pt')}
     procs = {}
     for name, (args, _) in cases.items():
         (tmp_path / name).mkdir()
-        make_run(tmp_path / name, vocab_size=300 if name == 'vocab' else 257)
+        make_run(tmp_path / name)
+        if name == 'vocab':  # the data re-prepared with the other tokenizer
+            (tmp_path / name / 'data' / 'tiny' / 'meta.json').write_text(json.dumps(GPT2_META))
         procs[name] = start_eval(tmp_path / name, *args)
     for name, p in procs.items():
         rc, out, err = finish(p)

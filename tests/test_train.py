@@ -280,7 +280,7 @@ def test_the_start_lines_name_the_dtype_and_why(job):
 
 # ---------------------------------------------------------------- bench.py
 BENCH = ['--n_embd=32', '--k=3', '--phantom_ks=(1,4)', '--gen_tokens=12', '--prompt=abcd', '--repeats=1',
-         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9,maxprob:1.1,maxprob:0.005', '--device=cpu']
+         '--batch_size=2', '--block_size=16', '--exit_at=resid:1e9,maxprob:1,maxprob:0.005', '--device=cpu']
 GEN_ROW = re.compile(r'generate 12, (.+): KV cache \+ (.+), mean depth ([\d.]+)/(\d+) \(tied-block calls ([\d.]+)\), '
                      r'([\d.]+) blocks/token')
 
@@ -321,11 +321,11 @@ def test_bench_prints_one_table(job):
     assert len(gen) == 6 and all(float(rows[r][1]) > 0 for r in gen)  # re-encoding, cache, 3 exits, the ACT gate
     assert 'generate 12, random weights: KV cache, 6.0 blocks/token' in rows  # [1][x2][x2][1]
     policies = {m[2]: m.groups() for m in map(GEN_ROW.fullmatch, gen) if m}
-    assert set(policies) == {'exit resid:1e9', 'exit maxprob:1.1', 'exit maxprob:0.005', 'ACT gate'}
+    assert set(policies) == {'exit resid:1e9', 'exit maxprob:1', 'exit maxprob:0.005', 'ACT gate'}
     for _, policy, depth, loops, calls, blocks in policies.values():
         assert depth == calls, policy  # the depth the model reports = the tied-block calls counted
     assert policies['exit resid:1e9'][2:] == ('2.00', '4', '2.00', '4.0')  # huge threshold: 1 step a segment
-    assert policies['exit maxprob:1.1'][2:] == ('4.00', '4', '4.00', '10.0')  # unreachable: every step, each
+    assert policies['exit maxprob:1'][2:] == ('4.00', '4', '4.00', '10.0')  # unreachable: every step, each
     assert 2 < float(policies['exit maxprob:0.005'][2]) < 4  # with a readout (coda) check; in between: varied
     assert policies['ACT gate'][2] == '4.00'  # the gate's initial bias runs every token to the max
     assert re.search(r'\dx cache: \d+% of the ideal 1\.50x', rows[gen[2]][-1])  # resid:1e9: 6 / 4 blocks
@@ -341,7 +341,7 @@ def test_bench_times_trained_models_and_an_act_model(job):
     assert 'generate 12, out: KV cache, 4.0 blocks/token' in rows
     assert 'generate 12, out-act: KV cache, 4.0 blocks/token' in rows  # the gate-less twin: full depth
     policies = {(m[1], m[2]): m.groups() for m in map(GEN_ROW.fullmatch, rows) if m}
-    assert set(policies) == {('out', 'exit resid:1e9'), ('out', 'exit maxprob:1.1'), ('out', 'exit maxprob:0.005'),
+    assert set(policies) == {('out', 'exit resid:1e9'), ('out', 'exit maxprob:1'), ('out', 'exit maxprob:0.005'),
                              ('out-act', 'ACT gate')}
     assert policies['out', 'exit resid:1e9'][2:] == ('1.00', '2', '1.00', '3.0')
     assert policies['out-act', 'ACT gate'][2] == policies['out-act', 'ACT gate'][4]
