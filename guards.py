@@ -57,13 +57,12 @@ def check_keys(table, rules, values, defaults):
         raise RuntimeError(f"no domain declared for {', '.join(undeclared)}: add it to _domain")
     for key, default in defaults.items():
         value, domain = values[key], table[key]
-        finite = all(math.isfinite(v) for v in (value if type(value) is tuple else (value,))
-                     if type(v) is float)  # (1e999 reads as inf: a rule's bound would hold)
-        rule = re.sub(r'\bx\b', key, domain)
+        finite = all(abs(v) < 3e38 for v in (value if type(value) is tuple else (value,))
+                     if type(v) is float)  # (1e999 reads as inf, nan passes no bound: float32's)
+        rule = re.sub(r'\bx\b', key, domain) if finite else 'a number of float32 range, |x| < 3e38'
         if not finite or domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
             example = f", e.g. {typed(key, default)}" if holds(domain, {'x': default}) else ''
-            raise InputError(f"{typed(key, value)}: need {rule if finite else 'a finite number'}"
-                             + example)
+            raise InputError(f"{typed(key, value)}: need {rule}{example}")
         if domain in PATHS and value != default:
             values[key] = check_path(key, value, domain, default)
     if values.get('init_from', '') in ('', 'scratch'):
@@ -379,11 +378,13 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num):  # vs t
         at = f"{ckpt_path} is at iter {iter_num} and " if s['init_from'] == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
-def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path):
+def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s):  # s: the run's settings
     if not np.isfinite(lossf):
+        given = ' '.join(typed(k, s[k]) for k in sorted(s['given']) if type(s[k]) is float)
         raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
-                         f"alphas {alphas}. Lower --learning_rate or --alpha_init; "
-                         f"{ckpt_path} was not overwritten.")
+                         f"alphas {alphas}. Lower --learning_rate or --alpha_init"
+                         f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "
+                         "overwritten.")
 
 def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops if a run dies
     made = not os.path.isdir(out_dir)

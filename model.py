@@ -51,6 +51,7 @@ DOMAIN = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
           'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
           'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
 RULES = ['n_embd % n_head == 0', 'all(d <= sum(loops) for d in supervise)',
+         'list(supervise) == sorted(set(supervise))',
          'not (act and phantom)', 'not (act and supervise)',
          'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)']
 

@@ -25,7 +25,8 @@ seed = 1337
 device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = the dtype the model was trained with
 _domain = {'max_new_tokens num_samples': 'x >= 1', 'temperature top_k': 'x >= 0',
-           'top_p': '0 < x <= 1', 'repetition_penalty': 'x > 0', 'seed': '0 <= x < 2**64',
+           'top_p': '0 < x <= 1', 'seed': '0 <= x < 2**64',
+           'repetition_penalty': '0.01 <= x <= 100',  # (beyond: float32 logits overflow)
            'n_loops': 'x is None or type(x) is int and x >= 1'
                       ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)',
            'out_dir': 'paths', 'dtype': guards.DTYPES, 'start exit_at show_depth device': 'any'}

@@ -77,7 +77,8 @@ _domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'n
            'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
            'dtype': guards.DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
            'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'}
-_rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',
+_rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',  # (and no silent no-op:)
+                  'not phantom or phantom_steps <= min(loops)',
                   'not decay_lr or min_lr <= learning_rate',
                   'exit_gate or gate_detached[0] >= gate_detached[1]']
 # -----------------------------------------------------------------------------
@@ -264,7 +265,7 @@ while iter_num < max_iters:
     if ddp:  # every rank must see a NaN, or the others would hang
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
-    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
+    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, settings)
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
         # gate) must not scale down the language model's whole step
         for group in clip_groups:

@@ -207,7 +207,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'sample_top_k_-3': (('sample.py', '--top_k=-3'), ['top_k=-3', 'top_k >= 0']),
     'sample_top_p_1.5': (('sample.py', '--top_p=1.5'), ['top_p=1.5', '0 < top_p <= 1']),
     'sample_repetition_penalty_0': (('sample.py', '--repetition_penalty=0'),
-                                    ['repetition_penalty=0.0', 'repetition_penalty > 0']),
+                                    ['repetition_penalty=0.0', '0.01 <= repetition_penalty <= 100']),
     'sample_seed_2**64': (('sample.py', f'--seed={2**64}'), [f'seed={2**64}', 'seed < 2**64']),
     'sample_n_loops_1.5': (('sample.py', '--n_loops=1.5'), ['n_loops=1.5', 'type(n_loops) is int']),
     'sample_n_loops_x': (('sample.py', '--n_loops=x'), ['--n_loops=x', 'type(n_loops) is int']),
