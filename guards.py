@@ -37,9 +37,10 @@ def holds(rule, values):
         return False
 
 def check_rules(rules, values, example):  # bad input: the first rule values break, e.g. defaults
-    for rule in rules:
+    values = {**values, 'changed': {k for k in example if values[k] != example[k]}}
+    for rule in rules:  # (changed: the keys set to other than their defaults)
         if not holds(rule, values):
-            keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in values]
+            keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in example]
             shown = {k: example[k] for k in keys if example[k] not in ('', None)}
             valid = ' '.join(typed(k, v) for k, v in shown.items())
             fits = valid and holds(rule, {**values, **shown})  # (no example that breaks it)

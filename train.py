@@ -77,10 +77,13 @@ _domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'n
            'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
            'dtype': guards.DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
            'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'}
-_rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',  # (and no silent no-op:)
-                  'not phantom or phantom_steps <= min(loops)',
+_rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',
                   'not decay_lr or min_lr <= learning_rate',
-                  'exit_gate or gate_detached[0] >= gate_detached[1]']
+                  'exit_gate or gate_detached[0] >= gate_detached[1]',
+                  # no silent no-op: a key set (changed from its default) only acts with another
+                  'not phantom or phantom_steps <= min(loops)',
+                  "phantom or 'phantom_steps' not in changed",
+                  "act or 'halt_penalty' not in changed", "exit_gate or 'exit_beta' not in changed"]
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
