@@ -65,6 +65,9 @@ for _arg in sys.argv[1:]:
         _shown = _shown if len(_shown) <= 100 else f"{_shown[:80]}... ({len(_shown):,} characters)"
         _said = f"Overriding: {_key} = {_shown}"
     else:  # a config file (it may set nothing)
+        if '=' in _arg and not os.path.exists(_arg):  # batch_size=3, -batch_size=3
+            raise InputError(f"'{_arg}' is neither --key=value nor a config file: write "
+                             f"--{_arg.lstrip('-')}")
         for _key, _val in _run_config(_arg, {}).items():
             if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
                 _set(_key, _val, f" (in {_arg})")

@@ -281,3 +281,10 @@ def test_metadata_that_disagrees_with_its_data_is_named(meta, size, words, tmp_p
     assert '\n' not in line and 'python prepare.py --dataset=topics --tokenizer=byte' in line
     for w in words:
         assert w in line, line
+
+
+def test_a_key_typed_without_its_dashes_is_named(here, monkeypatch, capsys):
+    """batch_size=3 and -batch_size=3 used to be read as config files: 'config file batch_size=3 not found'."""
+    for arg in ('batch_size=3', '-batch_size=3'):
+        kind, line = run_here('sample.py', [arg], monkeypatch, capsys)
+        assert kind == 'error' and 'neither --key=value nor a config file' in line and '--batch_size=3' in line
