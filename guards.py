@@ -131,6 +131,8 @@ def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key
     try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         ckpt = torch.load(path, map_location=device, weights_only=True)
         lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
+        lacking |= {f"{k}['{i}']" for k, i in (('meta', 'tokenizer'), ('config', 'dataset'))
+                    if k in ckpt and i not in ckpt[k]}  # (read beside the weights too)
     except FileNotFoundError:  # name the out_dir whose ckpt.pt is closest (a typo), or the newest
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
         near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]
@@ -247,10 +249,11 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
     except (ValueError, TypeError, KeyError) as e:
         why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
         raise data_error(path, why) from None
-    if not all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row')):
+    whole = all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row'))
+    if not whole or meta['row'] < 0 or meta['row'] == 1:  # (row: 0, or an SFT row's tokens)
         raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
-                               f"{meta['row']!r}: each must be a whole number")
-    eot = EOT.get(meta['tokenizer'])
+                               f"{meta['row']!r}: each a whole number, a row 0 or 2 or more")
+    eot = EOT.get(str(meta['tokenizer']))
     if (meta['eot'], meta['vocab_size']) != (eot, eot and eot + 1):  # (another tokenizer's data?)
         raise data_error(path, f"says tokenizer {meta['tokenizer']!r} with eot {meta['eot']} and "
                                f"vocab_size {meta['vocab_size']}: prepare.py's byte has 256, 257 "

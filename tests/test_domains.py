@@ -266,6 +266,8 @@ GOOD = {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16'}
     ({**GOOD, 'dtype': 'uint8'}, 20, ['dtype uint8', 'token ids up to 256']),
     ({**GOOD, 'dtype': 'uint32'}, 21, ['train.bin is unusable', 'multiple']),  # 21 bytes: not whole uint32s
     (GOOD, 21, ['train.bin is unusable', 'multiple']),
+    ({**GOOD, 'tokenizer': ['byte']}, 20, ["tokenizer ['byte']"]),
+    ({**GOOD, 'row': -5}, 20, ['row -5', 'a row 0 or 2 or more']),
 ])
 def test_metadata_that_disagrees_with_its_data_is_named(meta, size, words, tmp_path, monkeypatch):
     """meta.json against the tokenizer it names and the token files it describes: one line, the file, the fix."""
@@ -288,3 +290,16 @@ def test_a_key_typed_without_its_dashes_is_named(here, monkeypatch, capsys):
     for arg in ('batch_size=3', '-batch_size=3'):
         kind, line = run_here('sample.py', [arg], monkeypatch, capsys)
         assert kind == 'error' and 'neither --key=value nor a config file' in line and '--batch_size=3' in line
+
+
+def test_a_checkpoint_without_the_data_it_names_is_one_line(tmp_path):
+    """A checkpoint whose meta lacks its tokenizer, or its config its dataset, used to be a KeyError later."""
+    import torch
+    from test_bad_input_kinds import save_model
+    save_model(tmp_path / 'out')
+    for part, key in (('meta', 'tokenizer'), ('config', 'dataset')):
+        ckpt = torch.load(tmp_path / 'out' / 'ckpt.pt', weights_only=True)
+        del ckpt[part][key]
+        torch.save(ckpt, tmp_path / f'{part}.pt')
+        with pytest.raises(InputError, match=rf"lacks {part}\['{key}'\]: not saved by train.py"):
+            guards.load_checkpoint(str(tmp_path / f'{part}.pt'))

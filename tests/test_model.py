@@ -1005,7 +1005,7 @@ def save_good(path):
     m = make(loops=(2, 1), supervise=(1,))
     torch.save({'model': m.state_dict(), 'model_args': model_args(m.config), 'iter_num': 7,
                 'meta': dict(tokenizer='byte', vocab_size=257, eot=256, dtype='uint16'),
-                'config': {}}, path)
+                'config': {'dataset': 'topics_byte'}}, path)  # (as train.py saves one)
     return m
 
 
