@@ -1,9 +1,7 @@
 """
-A tied-depth ("looped") GPT in one file. The sandwich, each tied segment (Loop) one block k times:
+A tied-depth ("looped") GPT, each tied segment (Loop) one block run k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop (fixed or per-token depth), Exit and ACT (how a segment
-decides each token's depth), GPT.objective, then generate and KVCache. The scripts check their
-keys first (guards.py); bad input here is a short ValueError.
+Read GPT.forward first, then Loop, Exit and ACT, GPT.objective, generate and KVCache.
 """
 import math
 from dataclasses import dataclass
@@ -44,8 +42,8 @@ class GPTConfig:
                     need = rule.replace('x', key) if key else rule
                     raise ValueError(f"GPTConfig({shown}): need {need}")
 
-# each field's valid values (x: its value), then the rules across fields; train.py checks them
-# first, naming its --keys (guards.check_keys)
+# each field's valid values (x: its value), then the rules across fields (train.py checks
+# them first, naming its --keys)
 DOMAIN = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
           'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
           'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
@@ -101,16 +99,14 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x), cache, slot)
         return x + self.mlp(self.ln2(x))
 
-class Run(NamedTuple):
-    """What a tied segment's loop reports besides its output state."""
+class Run(NamedTuple):  # what a segment's loop reports besides its output
     depth: object   # iterations per token: an int (every token ran k), or a (B, T) tensor
     ponder: object  # ACT: the ponder cost per token, N + R (B, T); None without the gate
     resid: object   # per token, |z_k - z_(k-1)| / |z_(k-1)| of its last step (0 in training)
     states: list    # the state after each step: for multi-depth supervision
 
 class Loop(nn.Module):
-    """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z).
-    forward runs it: every token k steps, or fewer per token where an Exit or ACT says so."""
+    """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z)."""
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -128,19 +124,18 @@ class Loop(nn.Module):
         return torch.sigmoid(self.alpha_logit)
 
     def step(self, z, i, cache=None, segment=0):
-        """Iteration i: z <- z + alpha * (block(z) - z), a damped step of the block's update."""
+        # a damped fixed-point step of the block's update
         return z + self.alpha() * (self.block(z, cache, (segment, i)) - z)
 
     def forward(self, z, k, rule=None, cache=None, segment=0):
-        """-> (the segment's output, Run). rule: None (every token runs k steps), or an Exit or
-        ACT, which decides after each step which tokens stop."""
+        """-> (output, Run). rule: None (every token runs k steps), or an Exit or ACT."""
         if rule is None:
             return self.fixed(z, k, cache, segment)
         return self.per_token(z, k, rule, cache, segment)
 
     def fixed(self, z, k, cache=None, segment=0):
-        """Every token k steps. The phantom gradient (in training): the first n_free = k -
-        phantom_steps steps build no graph (Huginn: a no-grad loop, then one with gradients)."""
+        """Every token k steps. The phantom gradient: the first k - phantom_steps steps build
+        no graph (Huginn: a no-grad loop, then one with gradients)."""
         n_free = max(k - self.c.phantom_steps, 0) if self.c.phantom and self.training else 0
         keep = self.c.supervise or not self.training  # (phantom's states would cost its memory)
         z_in, z_prev, states = z, z, []
@@ -158,14 +153,13 @@ class Loop(nn.Module):
         return z, Run(k, None, resid, states)
 
     def per_token(self, z, k, rule, cache=None, segment=0):
-        """Per-token depth, the frozen-state protocol: a stopped token's state is frozen; the
-        others still attend to it."""
+        """Per-token depth: a stopped token's state is frozen; the others still attend to it."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid, states = torch.zeros(z.shape[:2], device=z.device), []
         for i in range(k):
-            # evaluating, stop once every token has (training leaves out this data-dependent
-            # branch, so that the graph compiles whole)
+            # evaluating, stop once every token has (in training this branch would break the
+            # compiled graph)
             if not self.training and not running.any():
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
@@ -180,11 +174,9 @@ class Loop(nn.Module):
         return rule.output(z), Run(depth, rule.ponder, resid, states)
 
 class Exit:
-    """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a token
-    stops now (its state is frozen from then on); running: the tokens not stopped before. kind, t:
-      'maxprob'  stop once the readout's top probability reaches t
-      'resid'    stop once the relative residual is below t
-      'learned'  stop once the exit distribution's cumulative probability reaches t (ExitGate)"""
+    """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a
+    token stops now. 'maxprob': once the readout's top probability reaches t; 'resid': once the
+    relative residual is below t; 'learned': once ExitGate's cumulative probability reaches t."""
     ponder = None
 
     def __init__(self, model, exit, segment, z, cache=None):
@@ -215,9 +207,8 @@ def exit_kinds(c):
 
 class ACT:
     """Graves' adaptive computation time, called like an Exit: after each step the gate gives each
-    running token a halting probability h; it halts once their sum reaches 1 - eps (or at step k),
-    that step weighed by the remainder R = 1 - (the sum before). The output: the weighted mean of
-    the states; ponder: the cost N + R (N: steps run)."""
+    running token a halting probability h; it halts once their sum reaches 1 - eps (or at step
+    k), that step weighed by the remainder R. Output: the weighted mean of the states."""
     def __init__(self, gate, k, z, eps=0.01):
         self.gate, self.k, self.eps = gate, k, eps
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # the sum of h so far
@@ -237,12 +228,10 @@ class ACT:
         return self.mean
 
 class ExitGate(nn.Module):
-    """Ouro's learned exit (PonderNet's, with a uniform prior in place of a geometric one). At each
-    supervised depth t but the last a gate gives each token lambda_t = sigmoid(w . z_t + b), the
-    chance to stop there if it has not stopped before, so the exit distribution is
+    """Ouro's learned exit. At each supervised depth t but the last a gate gives each token
+    lambda_t, its chance to stop there if it has not before: the exit distribution is
         p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
-    Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth supervision).
-    Inference (Exit 'learned'): a token stops at the first depth where sum_(j<=t) p_j reaches q."""
+    Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth loss)."""
     def __init__(self, c):
         super().__init__()
         self.c = c
@@ -272,8 +261,7 @@ class ExitGate(nn.Module):
         return (per_token * mask).sum() / mask.sum()
 
 def zero_linear(n_in, n_out):
-    """A linear layer of zeros, made without drawing a random number: a model with a gate
-    at seed s starts from the same shared weights as the same model without it."""
+    """Zeros, drawing no random number: with a gate, seed s gives the same other weights."""
     layer = nn.utils.skip_init(nn.Linear, n_in, n_out)
     nn.init.zeros_(layer.weight)
     nn.init.zeros_(layer.bias)
@@ -281,8 +269,7 @@ def zero_linear(n_in, n_out):
 
 @torch.no_grad()
 def residual(z_new, z):
-    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: how far the state still moves (the study's probe,
-    and the 'resid' exit's signal). linalg.vector_norm: Tensor.norm's wrapper costs as much."""
+    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: the study's probe, and the 'resid' exit's."""
     step = torch.linalg.vector_norm(z_new - z, dim=-1)
     return step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
 
@@ -330,9 +317,8 @@ class GPT(nn.Module):
         return loops
 
     def forward(self, idx, targets=None, n_loops=None, exit=None, cache=None):
-        """embed -> prelude -> the tied segments, each its block k times (or fewer per token, where
-        an Exit or ACT says) -> readout. -> (logits, loss, info). loss: the training objective, when
-        targets are given; cache: a KVCache (generate)."""
+        """embed -> prelude -> each tied segment k times (or fewer per token) -> readout.
+        -> (logits, loss, info); cache: a KVCache (generate)."""
         B, T = idx.shape
         loops = self.depths(n_loops)
         z = self.embed(idx, 0 if cache is None else cache.pos)
@@ -357,7 +343,7 @@ class GPT(nn.Module):
         return logits, loss, info
 
     def stop_rule(self, exit, segment, k, z, cache=None):
-        """-> how segment decides each token's depth: its ACT gate, a post-hoc Exit, or None."""
+        """-> what decides each token's depth: the ACT gate, a post-hoc Exit, or None."""
         if self.config.act:
             if exit is not None:
                 raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
@@ -365,7 +351,7 @@ class GPT(nn.Module):
         return Exit(self, exit, segment, z, cache) if exit else None
 
     def embed(self, idx, start=0):
-        """Token + position embeddings (positions from start: the tokens a KV cache holds), LN."""
+        """Token + position embeddings (positions from start, after the cached ones), LN."""
         if start + idx.size(1) > self.config.block_size:
             raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
                              f"block_size {self.config.block_size}")
@@ -373,9 +359,8 @@ class GPT(nn.Module):
         return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
 
     def objective(self, logits, targets, runs, depth, ponder):
-        """-> (the training loss, {depth: its loss}). Multi-depth supervision: the mean of the
-        losses at each supervised depth (counted across the segments) and the last; with an exit
-        gate, the expected loss under its distribution (ExitGate.loss); ACT adds its ponder cost."""
+        """-> (the loss, {depth: its loss}). Multi-depth supervision: the mean of the losses at
+        each supervised depth and the last; with an exit gate, ExitGate.loss; ACT adds ponder."""
         states = [state for run in runs for state in run.states]
         depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
         every = [self.readout(states[d - 1]) for d in depths] + [logits]
@@ -390,9 +375,8 @@ class GPT(nn.Module):
         return loss, losses
 
     def readout(self, z, cache=None, check=None):
-        """coda + final LN + head: the logits a state z gives if the loop stops here. check:
-        None for the model's own readout, or (segment, i) for a maxprob exit's check after that
-        iteration, which has cache slots of its own (see KVCache)."""
+        """coda + final LN + head: the logits if the loop stops at z. check: (segment, i) for
+        a maxprob exit's check after that iteration (cache slots of its own)."""
         for j, block in enumerate(self.coda):
             z = block(z, cache, ('coda', j) if check is None else (*check, 'coda', j))
         return self.head(self.ln_f(z))
@@ -412,9 +396,9 @@ class GPT(nn.Module):
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
                  repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True,
                  return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T). return_depth: also -> the iterations each
-        new token ran (B, new). Re-encoding (kv_cache=False) runs a stopped token's skipped steps
-        on its frozen state, so with exits it may differ from the cache; at a fixed depth never."""
+        """Sample max_new_tokens tokens after idx (B, T); return_depth: also each one's depth.
+        With exits, re-encoding (no cache) runs a stopped token's skipped steps on its frozen
+        state, so it may differ from the cache; at a fixed depth never."""
         block_size, cache, depths = self.config.block_size, None, []
         for _ in range(max_new_tokens):
             if cache is not None and idx.size(1) <= block_size:
@@ -448,9 +432,8 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
     return F.softmax(logits, dim=-1)
 
 class KVCache:
-    """Keys and values for generation, preallocated for block_size positions as in gpt-fast (so a
-    new token costs no torch.cat). Every block APPLICATION has a slot of its own, so a tied block
-    run k times has k; a slot is named by where its block runs:
+    """Keys and values for generation, preallocated as in gpt-fast. Every block APPLICATION has a
+    slot of its own (a tied block run k times has k), named by where it runs:
         ('prelude', j)              prelude block j
         (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
         ('coda', j)                 coda block j, in the model's own readout
@@ -471,9 +454,8 @@ class KVCache:
         return keys[:, :, :end], values[:, :, :end]
 
     def skip(self, segment, i, k, T):
-        """A chunk of T tokens that all stopped after i iterations skips iterations i..k-1, so a
-        later token attending at a skipped iteration must read what the chunk had at i - 1: each
-        slot of iteration i - 1 (the block's, its exit checks') is copied to every skipped one."""
+        """A chunk that stopped after i iterations skips i..k-1: a later token attending there
+        reads what it had at i - 1, so each slot of i - 1 is copied to every skipped one."""
         now = slice(self.pos, self.pos + T)
         last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
         for slot in last_run:

@@ -3,8 +3,8 @@ Train a tied-depth GPT. On one CPU or GPU:
 $ python train.py config/smoke.py
 With DDP on one machine (nccl on CUDA, gloo on CPU):
 $ torchrun --standalone --nproc_per_node=2 train.py config/smoke.py --gradient_accumulation_steps=2
-Resume an interrupted run: add --init_from=resume. Fine-tune a trained run on SFT rows:
-$ python train.py config/cpu_sft.py  (init_from=<its out_dir>: weights only, from iter 0)
+Resume: add --init_from=resume. Fine-tune a run on SFT rows (init_from=<its out_dir>):
+$ python train.py config/cpu_sft.py
 """
 import os
 import math
@@ -68,8 +68,7 @@ dtype = ''    # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instruction
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
-# each key's valid values (x: its value; the model's keys: model.DOMAIN), then the rules across
-# keys: configurator.py checks them (resuming or fine-tuning, on the run's settings)
+# each key's valid values (x: its value; the model's: model.DOMAIN), then the rules across keys
 _domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
            'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
            'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
@@ -90,8 +89,8 @@ config_keys = [k for k, v in globals().items()
 defaults = {k: globals()[k] for k in config_keys}
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
-# the run's settings: this command line's; resuming, the ones its checkpoint saved but for the
-# keys given here; fine-tuning (init_from=<out_dir>), the trained model's architecture
+# the run's settings: the command line's; resuming, the checkpoint's but for the keys given
+# here; fine-tuning (init_from=<out_dir>), the trained model's architecture
 settings, model, ckpt = guards.run_settings({k: globals()[k] for k in config_keys}, defaults,
                                             _rules)
 globals().update(settings)
@@ -173,18 +172,14 @@ def get_batch(data, ix):
 @torch.no_grad()
 def estimate_loss():
     """Mean NLL at the final depth on the same batches each time. Rank 0 only: the raw model."""
-    out, g, t0 = {}, torch.Generator().manual_seed(seed), time.time()
+    out, g = {}, torch.Generator().manual_seed(seed)
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
-        for i in range(eval_iters):
-            ix = draw(data, (batch_size,), g)
+        for _ in range(eval_iters):
             with ctx:
-                _, _, info = raw_model(*get_batch(data, ix))
-            losses.append(info['losses'][max(info['losses'])].item())
-            if time.time() - t0 > 5:  # a long eval says how far it is, every 5 s
-                print(f"  eval {split}: {i + 1}/{eval_iters} batches", flush=True)
-                t0 = time.time()
+                _, _, info = raw_model(*get_batch(data, draw(data, (batch_size,), g)))
+            losses.append(info['losses'][max(info['losses'])].item())  # at the final depth
         out[split] = sum(losses) / len(losses)
     raw_model.train()
     print(f"iter {iter_num}: train loss {out['train']:.4f}, val loss {out['val']:.4f}")
