@@ -37,6 +37,7 @@ n_prelude = 2
 loops = (30,)  # iterations per tied segment; () = a plain transformer
 n_coda = 2
 alpha_init = 0.1
+loop_init = 1.0  # the tied blocks' output projections: this times GPT-2's init
 phantom = False  # backprop through the last phantom_steps iterations only
 phantom_steps = 1
 supervise = ()  # multi-depth supervision: the global depths where the loss is also taken
