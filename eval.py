@@ -1,7 +1,6 @@
 """
-Evaluate a tied-depth checkpoint: the paper's suffix NLL (masked, unmasked, pad fraction), NLL
-against loop depth, post-hoc early exit against uniform depth, loop depth per topic, probes of NLL
-(the last step's relative residual, the entropy), the alphas -> out_dir/eval.json:
+Evaluate a tied-depth checkpoint -> out_dir/eval.json: the paper's suffix NLL (masked, unmasked,
+pad fraction), NLL by loop depth, early exit against uniform depth, depth per topic, probes.
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
@@ -11,21 +10,21 @@ import torch
 import torch.nn.functional as F
 from prepare import get_tokenizer, pieces, token_rows
 import guards
-from guards import data_error, load_meta, load_tokens, read_eval_docs
+from guards import load_meta, load_tokens, read_eval_docs
 
 # -----------------------------------------------------------------------------
-out_dir = 'out'         # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
-dataset = ''            # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
-device = ''             # '' = cuda if available, else cpu
-dtype = ''              # '' = the dtype the model was trained with
+out_dir = 'out'  # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
+dataset = ''  # '' = each model's own; 'topics', 'sft' (its held-out samples), ...
+device = ''  # '' = cuda if available, else cpu
+dtype = ''  # '' = the dtype the model was trained with
 batch_size = 8
-eval_iters = 10         # val batches for the depth scan and the early-exit curve
-block_size = 0          # 0 = the model's
-suffix_start = 0        # first scored target position; 0 = the paper's 193 of 256, scaled
-exit_kind = ''          # post-hoc exit: 'maxprob' (once confident; '' = it), 'resid' (once still)
-thresholds = ()         # () = DEFAULTS[exit_kind], the early-exit curve's default sweep
-max_docs = 200          # eval.jsonl documents per topic
-html = ''               # write the depth map to this file (several out_dirs: to this name in each)
+eval_iters = 10  # val batches for the depth scan and the early-exit curve
+block_size = 0  # 0 = the model's
+suffix_start = 0  # first scored target position; 0 = the paper's 193 of 256, scaled
+exit_kind = ''  # post-hoc exit: 'maxprob' (once confident; '' = it), 'resid' (once still)
+thresholds = ()  # the early-exit curve's; () = DEFAULTS[exit_kind]
+max_docs = 200  # eval.jsonl documents per topic
+html = ''  # write the depth map to this file (several out_dirs: to this name in each)
 seed = 1337
 _domain = {'batch_size eval_iters max_docs': 'x >= 1', 'suffix_start': 'x >= 0',
            'block_size': 'x == 0 or x >= 2',  # (a row of one token has no target to score)
@@ -38,8 +37,8 @@ _rules = ["exit_kind == 'resid' or all(t <= 1 for t in thresholds)"]  # maxprob:
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 
 def pack_docs(docs_tokens, eot, T):
-    """Each document + EOT -> a row of T tokens, truncated or right-padded with EOT. real[i, j]:
-    position j holds the document, up to its first EOT (by position: every pad IS an EOT)."""
+    """Each document + EOT -> a row of T tokens, cut or padded with EOT. real: position j holds
+    the document, up to its first EOT (by position: every pad IS an EOT)."""
     x = torch.full((len(docs_tokens), T), eot)
     for i, toks in enumerate(docs_tokens):
         x[i, :len(toks) + 1] = torch.tensor(list(toks) + [eot])[:T]
@@ -47,14 +46,12 @@ def pack_docs(docs_tokens, eot, T):
     return x, torch.arange(T) < ends[:, None]
 
 def doc_rows(data_dir, T, max_docs):
-    """The first max_docs documents per topic, grouped -> docs, tokens, x (N, T), real (N, T - 1):
-    is each prediction's TARGET real (as score's columns), n_bad: malformed lines skipped."""
+    """The first max_docs documents of each topic -> docs, tokens, x (N, T), real (N, T - 1:
+    is each prediction's target real), n_bad (malformed lines)."""
     encode, _, eot = get_tokenizer(load_meta(data_dir)['tokenizer'])
-    docs, n_bad = read_eval_docs(path := os.path.join(data_dir, 'eval.jsonl'))
+    docs, n_bad = read_eval_docs(os.path.join(data_dir, 'eval.jsonl'))
     topics = dict.fromkeys(d['topic'] for d in docs)
     docs = [d for t in topics for d in [d for d in docs if d['topic'] == t][:max_docs]]
-    if not docs:
-        raise data_error(path, f"has no usable documents ({n_bad} malformed lines)")
     # an SFT sample is its prompt, EOT, its answer (and pack_docs adds EOT, padding)
     tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
               for d in docs]
@@ -62,9 +59,9 @@ def doc_rows(data_dir, T, max_docs):
     return docs, tokens, x, real[:, 1:], n_bad
 
 @torch.no_grad()
-def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
-    """-> nll, depth and the probes (resid, entropy) of each PREDICTION in token rows x,
-    each (N, T - 1): column j predicts x[:, j + 1] from x[:, :j + 1]. Not the training loss."""
+def score(model, x, batch_size, n_loops=None, exit=None):
+    """-> nll, depth, resid, entropy of each prediction in rows x (N, T - 1: column j predicts
+    x[:, j + 1])."""
     out, t0, device = [], time.time(), model.head.weight.device
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
@@ -72,24 +69,21 @@ def score(model, x, batch_size, n_loops=None, exit=None, label='eval docs'):
         logits = logits[:, :-1].float()  # the last position predicts nothing in the row
         nll = F.cross_entropy(logits.transpose(1, 2), xb[:, 1:], reduction='none')
         entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
-        depth, resid = info['depth'][:, :-1], info['resid'][:, :-1]
-        out.append([nll.cpu(), depth.cpu(), resid.float().cpu(), entropy.float().cpu()])
-        if time.time() - t0 > 5:  # a counter, every 5 s of a slow eval
-            print(f"  {label}: {i + len(xb)}/{len(x)} rows", flush=True)
+        out.append([nll, info['depth'][:, :-1], info['resid'][:, :-1].float(), entropy])
+        if time.time() - t0 > 5:  # a slow eval: how far it is
+            print(f"  {i + len(xb)}/{len(x)} rows scored", flush=True)
             t0 = time.time()
-    return [torch.cat(column) for column in zip(*out)]
+    return [torch.cat(column).cpu() for column in zip(*out)]
 
 def suffix(T, start=0):
-    """Which targets the paper's benchmark scores: of a T-token row, those at positions start..T-1;
-    start 0 means the paper's 193 of 256, scaled to T. -> (start, score's columns that predict
-    them: column j predicts token j + 1, so columns start - 1 .. T - 2)."""
+    """The targets the paper's benchmark scores: positions start..T-1 of a row (0: its 193 of 256,
+    scaled to T) -> (start, the columns of score that predict them)."""
     start = start or min(max(round(193 * T / 256), 1), T - 1)
     return start, slice(start - 1, None)
 
 def suffix_nll(nll, real, columns):
-    """The paper's benchmark: the loss on the suffix's targets (columns: see suffix), 'unmasked'
-    over all, pad included, 'masked' over the real ones (real: (N, T - 1)). When most are pad the
-    two can rank models oppositely: report both, and the pad share."""
+    """The loss on the suffix's targets, 'unmasked' over all, 'masked' over the real ones: when
+    most are pad the two can rank models oppositely."""
     nll, real = nll[:, columns], real[:, columns]
     return dict(masked=nll[real].mean().item() if real.any() else None, unmasked=nll.mean().item(),
                 pad_fraction=1 - real.float().mean().item())
@@ -98,13 +92,12 @@ def val_rows(data, T, n, seed):
     """n rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
     if len(data) <= T:
         raise guards.InputError(f"val.bin has {len(data)} tokens, too few for block_size {T}: "
-                         "set a smaller --block_size")
+                                "set a smaller --block_size")
     ix = torch.randint(len(data) - T, (n,), generator=torch.Generator().manual_seed(seed))
     return torch.from_numpy(token_rows(data, ix.tolist(), T))
 
-def val_nll(model, rows, batch_size, n_loops=None, exit=None):
-    """-> (mean NLL, mean loop iterations per prediction) on the val rows."""
-    nll, depth, *_ = score(model, rows, batch_size, n_loops, exit, f"val, {exit or f'k={n_loops}'}")
+def val_nll(model, rows, batch_size, n_loops=None, exit=None):  # -> (mean NLL, mean depth)
+    nll, depth, *_ = score(model, rows, batch_size, n_loops, exit)
     return nll.mean().item(), depth.float().mean().item()
 
 def depth_scan(model, rows, batch_size):
@@ -116,8 +109,8 @@ def depth_scan(model, rows, batch_size):
     return [dict(k=k, nll=nll, mean_depth=mean_depth) for k, nll, mean_depth in scan]
 
 def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
-    """Post-hoc per-token exit of this kind at each threshold, beside uniform depth at the same
-    mean compute (interpolated between whole depths). None with ACT (its gate picks) or no loop."""
+    """Post-hoc per-token exit at each threshold, beside uniform depth at the same mean compute
+    (interpolated). None with ACT (its gate picks) or without a loop."""
     if model.config.act or not model.config.loops:
         return []
     uniform = {s['k']: s['nll'] for s in scan}  # k -> NLL, filled in where the curve needs it
@@ -133,8 +126,8 @@ def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
     return curve
 
 def topic_depths(nll, depth, real, topics):
-    """Per topic: the NLL over every real target of its documents (the whole block: less noise
-    than the suffix), the mean iterations spent on them, and how many."""
+    """Per topic, over the real targets of its documents (all, not the suffix: less noise): NLL,
+    mean depth, how many."""
     masks = {t: real & torch.tensor([d == t for d in topics])[:, None] for t in sorted(set(topics))}
     return {t: dict(nll=nll[m].mean().item(), mean_depth=depth[m].float().mean().item(),
                     tokens=int(m.sum())) for t, m in masks.items()}
@@ -147,8 +140,7 @@ def probe(nll, signal, real):
     return None if np.isnan(r) else float(r)
 
 def write_html(path, docs, tokens, depth, decode, what):
-    """The depth map of some documents: each predicted token coloured by its loop depth (N, T - 1),
-    which `what` says where it comes from. All text goes through html.escape."""
+    """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`."""
     esc, hi = html_lib.escape, max(int(depth.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
@@ -165,51 +157,41 @@ def write_html(path, docs, tokens, depth, decode, what):
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
 
-def print_report(r):  # eval.json's numbers; a table: a line per row, its keys and values
-    s, fmt = r['suffix_nll'], lambda v: 'n/a' if v is None else f"{v:.3f}"
+def print_report(r):  # eval.json's numbers, a line a row
+    fmt = lambda v: 'n/a' if v is None else f"{v:.3f}" if type(v) is float else v
+    line = lambda row: '   '.join(f"{k} {fmt(v)}" for k, v in row.items())
     print(f"\nsuffix NLL ({r['eval_docs']} docs, targets {r['suffix_start']}..{r['block_size'] - 1}"
-          f"): masked (real tokens) {fmt(s['masked'])} | unmasked (all) {fmt(s['unmasked'])}"
-          f" | pad {s['pad_fraction']:.1%}")
-    if s['pad_fraction'] > 0.05:  # the paper's was 61.6% pad, and ranking by it inverted the board
-        print(f"  note: {s['pad_fraction']:.0%} of the scored targets are padding (over 5%): "
-              "the unmasked NLL mostly measures padding; rank by masked")
-    tables = {"depth scan (val; k loops in every segment)": r['depth_scan'],
-              f"early exit ({r['exit_kind']}, per token, post hoc) vs uniform depth at the same "
-              "mean depth (diff < 0: exit wins; none with ACT or without a loop)":
-              [dict(c, diff=c['nll'] - c['uniform_nll']) for c in r['early_exit']],
-              f"topics (NLL over the real tokens of each doc's block; depth from "
-              f"{r['depth_source']})": [dict(topic=n, **t) for n, t in r['topics'].items()]}
+          f"): {line(r['suffix_nll'])}")
+    if r['suffix_nll']['pad_fraction'] > 0.05:  # the paper's 61.6% inverted its leaderboard
+        print("  note: the unmasked NLL mostly measures padding: rank by masked")
+    tables = {'depth scan': r['depth_scan'], f"early exit ({r['exit_kind']})": r['early_exit'],
+              f"topics (depth: {r['depth_source']})": [dict(topic=t, **v)
+                                                       for t, v in r['topics'].items()]}
     for title, rows in tables.items():
-        print(f"\n{title}:")
-        for row in rows or [{'none': ''}]:
-            print("  " + "   ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
-                                     for k, v in row.items()))
-    probes = ' | '.join(f"{name} {fmt(v)}" for name, v in r['probes'].items())
-    print(f"\nprobes of NLL, Pearson r over real tokens: {probes}\n"
-          f"alphas: {' '.join(f'{a:.3f}' for a in r['alphas'])}\n"
+        print(f"\n{title}:" + ' none' * (not rows))
+        for row in rows:
+            print('  ' + line(row))
+    print(f"\nprobes of NLL (Pearson r): {line(r['probes'])}\n"
+          f"alphas: {' '.join(map(fmt, r['alphas']))}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
 @torch.no_grad()
-def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
-             thresholds, max_docs, html):
-    """One checked checkpoint (settings named as at the top) -> its report, eval.json, html map."""
+def evaluate(out_dir, model, data_dir, T, html):
+    """One checked model, with the settings above -> its report, eval.json and depth map."""
     c = model.config
-    start, columns = suffix(T, suffix_start)  # the report says which targets were scored
+    start, columns = suffix(T, suffix_start)
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
-    # at the trained depth: suffix NLL, topic NLL and depth, the probes
-    nll, depth, resid, entropy = score(model, x, batch_size)
+    nll, depth, resid, entropy = score(model, x, batch_size)  # at the trained depth
     probes = {'relative residual': probe(nll, resid, real), 'entropy': probe(nll, entropy, real)}
     source = 'the ACT gate' if c.act else 'the trained depth' if c.loops else 'no loop'
     rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
     scan = depth_scan(model, rows, batch_size)
-    kind = exit_kind or 'maxprob'
-    thresholds = thresholds or DEFAULTS[kind]
-    curve = early_exit_curve(model, rows, scan, batch_size, kind, thresholds)
-    report = dict(suffix_nll=suffix_nll(nll, real, columns), depth_scan=scan, early_exit=curve,
+    report = dict(suffix_nll=suffix_nll(nll, real, columns), depth_scan=scan,
+                  early_exit=early_exit_curve(model, rows, scan, batch_size, exit_kind, thresholds),
                   topics=topic_depths(nll, depth, real, [d['topic'] for d in docs]),
                   residual_probe_r=probes['relative residual'], probes=probes,
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
-                  eval_docs=len(docs), skipped_lines=n_bad, exit_kind=kind,
+                  eval_docs=len(docs), skipped_lines=n_bad, exit_kind=exit_kind,
                   docs=os.path.join(data_dir, 'eval.jsonl'))
     print_report(report)
     with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
@@ -217,11 +199,11 @@ def evaluate(out_dir, model, data_dir, T, suffix_start, batch_size, eval_iters, 
     if html:  # each topic's first three documents (docs come grouped by topic)
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
         # without ACT, the depth each token takes under the curve's middle exit
-        exit = None if c.act or not c.loops else (kind, thresholds[len(thresholds) // 2])
+        exit = None if c.act or not c.loops else (exit_kind, thresholds[len(thresholds) // 2])
         shade = score(model, x[shown], batch_size, exit=exit)[1] if exit else depth[shown]
-        what = f'{exit[0]} exit at {exit[1]}' if exit else source
         write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
-                   get_tokenizer(load_meta(data_dir)['tokenizer'])[1], what)
+                   get_tokenizer(load_meta(data_dir)['tokenizer'])[1],
+                   f'{exit[0]} exit at {exit[1]}' if exit else source)
     print(f"wrote {f.name}" + (f" and {html}" if html else ''))
 
 if __name__ == '__main__':
@@ -232,8 +214,9 @@ if __name__ == '__main__':
     checked = {d: guards.check_eval(d, device, dtype, dataset, block_size, suffix_start,
                                     exit_kind, thresholds, maps[d])
                for d in dirs}  # every model before any work
+    exit_kind = exit_kind or 'maxprob'  # (checked as given)
+    thresholds = thresholds or DEFAULTS[exit_kind]
     for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():
         print(precision)
         with ctx:
-            evaluate(d, model, data_dir, T, suffix_start, batch_size, eval_iters, seed, exit_kind,
-                     thresholds, max_docs, maps[d])
+            evaluate(d, model, data_dir, T, maps[d])

@@ -286,6 +286,8 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
             d = json.loads(line)
             if isinstance(d['topic'], str) and isinstance(d['text'], str):
                 docs.append(d)
+    if not docs:
+        raise data_error(path, f"has no usable documents ({len(lines)} malformed lines)")
     return docs, len(lines) - len(docs)
 
 def check_start(model, ckpt, meta, data_dir, block_size):  # a trained model against the data

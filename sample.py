@@ -1,8 +1,7 @@
 """
 Sample from a trained tied-depth model, optionally at another depth or showing each token's depth:
 $ python sample.py --out_dir=out-smoke --start="ROMEO:" --n_loops=8 --show_depth=True
-Several models side by side, from the same prompt, seed and settings:
-$ python sample.py --out_dir=out-cpu-single,out-cpu-sft --max_new_tokens=100
+$ python sample.py --out_dir=out-cpu-single,out-cpu-sft  # side by side: same prompt and seed
 (the study's settings: --top_k=50 --top_p=0.9 --repetition_penalty=1.2 --temperature=1.0)
 """
 import os, sys, time
@@ -30,7 +29,7 @@ _domain = {'max_new_tokens num_samples': 'x >= 1', 'temperature top_k': 'x >= 0'
            'n_loops': 'x is None or type(x) is int and x >= 1'
                       ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)',
            'out_dir': 'paths', 'dtype': guards.DTYPES, 'start exit_at show_depth device': 'any'}
-_rules = []  # each key's values (x: its value) and the rules across keys: configurator.py checks
+_rules = []  # configurator.py checks each key's domain (x: its value) and these rules
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 
@@ -38,10 +37,13 @@ device = guards.get_device(device)
 if start.startswith('FILE:'):
     path = os.path.expanduser(os.path.expandvars(start[5:]))  # (bash leaves ~ after '=')
     start = guards.read_text_file(path, 'prompt file', ' (--start=FILE:path reads path)')
+if not start:
+    raise guards.InputError("the prompt is empty: give some text, e.g. --start='\\n' "
+                            "or --start=FILE:prompt.txt")
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
 def paint(text, depth, max_depth):
-    """The seed's depth map in a terminal: a background from blue (1 loop) to red (the maximum)."""
+    """The seed's depth map in a terminal: a background from blue (1 loop) to red (the most)."""
     colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
@@ -50,20 +52,20 @@ def load(out_dir):  # a model and what sampling it needs: each option checked fo
     max_depth = sum(guards.check_n_loops(model, n_loops))  # (one depth for all, or one each)
     exit = guards.parse_exit(exit_at, model.config) if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
-    if not (ids := encode(start)):
-        raise guards.InputError("the prompt is empty: give some text, e.g. --start='\\n' "
-                         "or --start=FILE:prompt.txt")
     _, ctx, precision = guards.autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
-    return model.eval(), max_depth, exit, ctx, precision, ids, decode
+    return model.eval(), max_depth, exit, ctx, precision, encode(start), decode
 
-def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples, after the prompt
+names = guards.folders(out_dir, once=False)  # several models, each under its name (one twice: ok)
+models = [load(name) for name in names]  # all checked before the first sample
+for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, models):
+    if len(names) > 1:
+        print(f"=== {name} ===")
     torch.manual_seed(seed)  # the same for every model: side by side, only the model differs
     print(precision, file=sys.stderr)  # stderr: stdout stays just the samples
-    if len(ids) > model.config.block_size:  # the model sees at most block_size tokens
-        print(f"the prompt has {len(ids)} tokens; keeping the last {model.config.block_size} "
-              "(block_size)", file=sys.stderr)
-    x = torch.tensor(ids, dtype=torch.long, device=device)[None, -model.config.block_size:]
-    adaptive = exit or model.config.act  # each token its own depth
+    if len(ids) > (T := model.config.block_size):  # the model sees at most block_size tokens
+        print(f"the prompt has {len(ids)} tokens; keeping the last {T} (block_size)",
+              file=sys.stderr)
+    x = torch.tensor(ids[-T:], dtype=torch.long, device=device)[None]
     if show_depth:
         shown = sorted({1, (1 + max_depth) // 2, max_depth})
         print('loop depth:', " ".join(paint(f" {d} ", d, max_depth) for d in shown))
@@ -76,9 +78,9 @@ def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples,
                                       exit=exit, return_depth=True)
             new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
             speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
-            if adaptive:  # what adaptive depth spent, of the maximum
+            if exit or model.config.act:  # each token its own depth: what it spent, of the most
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
-            print(f"[{speed}]", file=sys.stderr)  # stderr: stdout stays just the samples
+            print(f"[{speed}]", file=sys.stderr)
             if show_depth:  # a character of several tokens: the most any one of them had
                 body = "".join(paint(text, depth[0, i:j].max().item(), max_depth)
                                for text, i, j in pieces(new, decode))
@@ -86,10 +88,3 @@ def sample(model, max_depth, exit, ctx, precision, ids, decode):  # num_samples,
                 body = decode(new)
             print(decode(x[0].tolist()) + body)
             print('---------------')
-
-names = guards.folders(out_dir, once=False)  # several models, each under its name (one twice: ok)
-models = [load(name) for name in names]  # all checked before the first sample
-for name, loaded in zip(names, models):
-    if len(names) > 1:
-        print(f"=== {name} ===")
-    sample(*loaded)
