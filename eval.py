@@ -4,7 +4,8 @@ pad fraction), NLL by loop depth, early exit against uniform depth, depth per to
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
-import os, json, math, time, html as html_lib
+import os, json, math, time
+from html import escape as esc
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -140,8 +141,9 @@ def probe(nll, signal, real):
     return None if np.isnan(r) else float(r)
 
 def write_html(path, docs, tokens, depth, decode, what):
-    """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`."""
-    esc, hi = html_lib.escape, max(int(depth.max()), 1)
+    """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`. Every
+    text is escaped: a document may hold markup."""
+    hi = max(int(depth.max()), 1)
     colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
     legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
                      for d in range(int(depth.min()), hi + 1))
@@ -164,9 +166,9 @@ def print_report(r):  # eval.json's numbers, a line a row
           f"): {line(r['suffix_nll'])}")
     if r['suffix_nll']['pad_fraction'] > 0.05:  # the paper's 61.6% inverted its leaderboard
         print("  note: the unmasked NLL mostly measures padding: rank by masked")
+    topics = [{'topic': t, **v} for t, v in r['topics'].items()]
     tables = {'depth scan': r['depth_scan'], f"early exit ({r['exit_kind']})": r['early_exit'],
-              f"topics (depth: {r['depth_source']})": [dict(topic=t, **v)
-                                                       for t, v in r['topics'].items()]}
+              f"topics (depth: {r['depth_source']})": topics}
     for title, rows in tables.items():
         print(f"\n{title}:" + ' none' * (not rows))
         for row in rows:
