@@ -1,8 +1,7 @@
 # Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 # $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
-# A config file sets globals, then --key=value overrides one. Each key must be a global of the
-# script already and keeps its type; then it must lie in the domain the script's _domain table
-# declares for it, and the _rules across keys must hold (guards.check_keys).
+# A config file sets globals, --key=value one. Each key must be a global of the script, keeps
+# its type, and must lie in the script's _domain; then its _rules must hold (guards.check_keys).
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
 import ast, builtins, os, re, sys, traceback
 from difflib import get_close_matches
@@ -22,13 +21,13 @@ def _set(key, val, where=''):  # where: the config file that sets it
     elif isinstance(old, float) and type(val) is int:
         val = float(val)
     elif isinstance(old, tuple) and type(val) in (int, float):
-        val = (val,)  # --loops=4 means one segment of 4
+        val = (val,)  # --loops=4: one segment of 4
     if old is not None and type(val) is not type(old):
         raise InputError(f"{typed(key, val)}{where}: {key} is of type {type(old).__name__}, "
                          f"e.g. {typed(key, old)}")
     globals()[key] = val
 
-def _run_config(path, into):  # inside a config, include('v5.py') runs one of its folder first
+def _run_config(path, into):  # in a config, include('v5.py') runs one of its folder first
     text = _guards.read_text_file(path, 'config file', ' (see config/ for the available ones)')
     include = lambda name: _run_config(os.path.join(os.path.dirname(path), name), into)
     try:  # (builtins.: train.py has a key `compile`)
@@ -38,7 +37,7 @@ def _run_config(path, into):  # inside a config, include('v5.py') runs one of it
         raise
     except Exception as e:  # the config file's own error: name the file and its line
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-        line = e.lineno if isinstance(e, SyntaxError) else lines[-1] if lines else '?'
+        line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
         raise InputError(f"config file '{path}', line {line}: {type(e).__name__}: {e}") from None
 
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
@@ -61,13 +60,13 @@ for _arg in sys.argv[1:]:
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             _val = _text  # a bare word (--compile=true); if the key takes no text, _set says so
         _set(_key, _val)
-        _shown = repr(globals()[_key])  # a long one (a prompt) shortened
-        _shown = _shown if len(_shown) <= 100 else f"{_shown[:80]}... ({len(_shown):,} characters)"
-        _said = f"Overriding: {_key} = {_shown}"
+        _said = repr(globals()[_key])  # a long one (a prompt) shortened
+        _said = _said if len(_said) <= 100 else f"{_said[:80]}... ({len(_said):,} characters)"
+        _said = f"Overriding: {_key} = {_said}"
+    elif '=' in _arg and not os.path.exists(_arg):  # batch_size=3, -batch_size=3
+        raise InputError(f"'{_arg}' is neither --key=value nor a config file: write "
+                         f"--{_arg.lstrip('-')}")
     else:  # a config file (it may set nothing)
-        if '=' in _arg and not os.path.exists(_arg):  # batch_size=3, -batch_size=3
-            raise InputError(f"'{_arg}' is neither --key=value nor a config file: write "
-                             f"--{_arg.lstrip('-')}")
         for _key, _val in _run_config(_arg, {}).items():
             if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
                 _set(_key, _val, f" (in {_arg})")

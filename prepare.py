@@ -1,8 +1,7 @@
 """Download (with requests) and tokenize a dataset into data/<dataset>/ (GPT-2 tokens) or
-data/<dataset>_byte/ (bytes): train.bin and val.bin (token ids, EOT between documents; sft: rows),
-meta.json and eval.jsonl (held-out documents). Other scripts import its tokenizers.
-$ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
-$ python prepare.py --dataset=fineweb --shards=4"""
+data/<dataset>_byte/ (bytes): train.bin, val.bin (token ids, EOT ends each document; sft: rows),
+meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers and formats.
+$ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
 import numpy as np
 from guards import InputError, check_output, replaced
@@ -11,17 +10,17 @@ dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespear
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, no vocabulary files)
 shards = 4  # fineweb: train shards of 100M tokens
 mirror = ''  # a folder laid out as <host>/<path> (../shared/data), read instead of the network
-base_url = 'https://raw.githubusercontent.com'  # the servers of HOST and HF_HOST (tests: local)
+base_url = 'https://raw.githubusercontent.com'  # the servers of HOST and HF_HOST
 hf_url = 'https://huggingface.co'
 eval_docs = 200  # documents held out per topic for eval.jsonl
-block_size = 256  # sft: the tokens of a row
+block_size = 256  # sft: tokens a row
 seed = 1337
 data_root = 'data'
 _domain = {'dataset': "x in ('topics', 'shakespeare', 'fineweb', 'sft')",
            'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
            'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))",
            'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'}
-_rules = []  # each key's values (x: its value), and the rules across keys: configurator.py checks
+_rules = ["dataset != 'fineweb' or tokenizer == 'gpt2'"]  # (its shards are GPT-2 tokens)
 
 HOST = 'raw.githubusercontent.com'
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
@@ -32,7 +31,7 @@ DAILYDIALOG = 'diixo/daily-dialogs-dataset/main/dataset/%s.zip'
 AGNEWS = 'mhjabreel/CharCnn_Keras/master/data/ag_news_csv/test.csv'
 SONNETS = 'danfriedman0/neural-sonnets/master/data/sonnets.txt'
 HF_HOST = 'huggingface.co'  # FineWeb, GPT-2 tokenized, in llm.c's shard format
-FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, number)
+FINEWEB = 'datasets/kjj0/fineweb10B-gpt2/resolve/main/fineweb_%s_%06d.bin'  # % (split, i)
 
 def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1
     if name == 'byte':  # EOT decodes as GPT-2's '<|endoftext|>', so a document boundary shows
@@ -41,9 +40,9 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1
         return (lambda text: list(text.encode('utf-8'))), decode, 256
     if name != 'gpt2':
         raise InputError(f"unknown tokenizer '{name}': choose 'gpt2' or 'byte'")
-    import tiktoken  # here, so that byte-level runs never need it
+    import tiktoken  # (byte-level runs never need it)
     try:
-        enc = tiktoken.get_encoding('gpt2')  # downloads the BPE files unless in TIKTOKEN_CACHE_DIR
+        enc = tiktoken.get_encoding('gpt2')
     except (OSError, ValueError) as e:
         raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export "
                          "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
@@ -57,7 +56,7 @@ def pieces(ids, decode):
             out, i = out + [(decode(ids[i:j]), i, j)], j
     return out
 
-def dataset_folder(dataset, tokenizer):  # data/topics holds gpt2 tokens, data/topics_byte bytes
+def dataset_folder(dataset, tokenizer):  # ('topics', 'byte') -> 'topics_byte'
     return dataset + ('_byte' if tokenizer == 'byte' else '')
 def split_folder(folder):  # 'topics_byte' -> ('topics', 'byte')
     return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
@@ -79,12 +78,12 @@ def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
         return local
     if mirror:
         raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
-    import requests  # here, so that importing prepare.py stays quick
+    import requests  # (only a download needs it)
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
-    tmp = local + '.tmp'  # renamed once whole: a rerun never takes a cut-off file for it
+    tmp = local + '.tmp'  # renamed once whole: a rerun never takes a cut-off file for whole
     os.makedirs(os.path.dirname(local), exist_ok=True)
-    try:  # (a body shorter than its Content-Length raises an OSError in urllib3)
+    try:  # (requests' errors, a body cut short of its Content-Length too, are OSErrors)
         with requests.get(url, headers=plain, stream=True, timeout=30) as r, open(tmp, 'wb') as f:
             r.raise_for_status()
             total = int(r.headers.get('Content-Length', 0))
@@ -93,10 +92,10 @@ def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
                 print(f"\rdownloading {url}: {f.tell():,} / {total:,} bytes", end='', flush=True)
         print()
         os.replace(tmp, local)
-    except OSError as e:  # requests' errors are OSErrors too
+    except OSError as e:
         raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
                          "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
-    finally:  # after an error or Ctrl-C, no leftovers
+    finally:  # (after an error or Ctrl-C)
         pathlib.Path(tmp).unlink(missing_ok=True)
     return local
 
@@ -107,8 +106,10 @@ def jsonl(path):
     return [json.loads(line) for line in read(path).splitlines() if line.strip()]
 def blank_line_separated(path):  # a sonnet, or a speech of the play
     return [d.strip() for d in re.split(r'\n\s*\n', read(path))]
-def joined(parts):  # the non-blank parts, one a line (an SFT pair as topics has it)
+def joined(parts):  # the non-blank parts, one a line (an SFT pair as a document)
     return '\n'.join(part for part in parts if part.strip())
+def line_pairs(doc):  # a dialogue's (turn, reply)
+    return itertools.pairwise(doc.split('\n'))
 
 def code_pairs():  # CodeAlpaca: (the task and its input if any, the answer)
     return [(joined([r['instruction'], r['input']]), r['output'])
@@ -120,20 +121,19 @@ def code_docs():  # the pairs as documents, and HumanEval's prompt + solution
 def math_pairs():  # GSM8K: (the question, the worked answer ending in '#### N')
     return [(r['question'], r['answer']) for r in jsonl(GSM8K % 'train') + jsonl(GSM8K % 'test')]
 
-def dialogue_docs():  # DailyDialog: a dialogue a line, turns split by __eou__ -> a turn a line
+def dialogue_docs():  # DailyDialog: a dialogue a line, its turns ended by __eou__
     docs = []
     for split in ['train', 'validation', 'test']:
         with zipfile.ZipFile(fetch(DAILYDIALOG % split)) as z:
             lines = z.read(f'{split}/dialogues_{split}.txt').decode('utf-8').splitlines()
         docs += ['\n'.join(filter(None, map(detokenize, line.split('__eou__')))) for line in lines]
     return docs
-def detokenize(turn):  # DailyDialog is space-tokenised; undo the commonest cases only
+def detokenize(turn):  # DailyDialog is space-tokenised: undo the commonest cases
     for spaced in [' ,', ' .', ' ?', ' !', " ' ", ' \u2019 ']:
         turn = turn.replace(spaced, spaced.strip())
     return turn.strip()
-
-def dialogue_pairs():  # (a turn, the next turn)
-    return [pair for d in dialogue_docs() for pair in itertools.pairwise(d.split('\n'))]
+def dialogue_pairs():
+    return [pair for d in dialogue_docs() for pair in line_pairs(d)]
 
 def news_docs():  # AG News CSV rows: class, title, description
     with open(fetch(AGNEWS), encoding='utf-8', newline='') as f:
@@ -147,27 +147,27 @@ DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPE
                        'poetry': lambda: blank_line_separated(SONNETS)},
             'sft': {'code': code_pairs, 'math': math_pairs, 'dialogue': dialogue_pairs}}
 
-def held_and_kept(name):  # -> ([(topic, {'text': doc})] for eval.jsonl, the kept docs)
+def held_and_kept(name):  # -> (eval.jsonl's held-out {'topic', 'text'}, the kept docs)
     held, kept = [], []
     for topic, source in DATASETS[name].items():
         docs = list(dict.fromkeys(d for d in source() if d.strip()))  # each once: never in both
-        n_held = min(eval_docs, len(docs) // 2)  # at random, but the same on every run
+        n_held = min(eval_docs, len(docs) // 2)  # at random, the same on every run
         out = set(random.Random(f'{seed}:{topic}').sample(range(len(docs)), n_held))
-        held += [(topic, {'text': docs[i]}) for i in sorted(out)]
+        held += [{'topic': topic, 'text': docs[i]} for i in sorted(out)]
         kept += [d for i, d in enumerate(docs) if i not in out]
         print(f"{topic:>11}: kept {len(docs) - n_held:,} docs, held out {n_held:,}")
     return held, kept
 
-def sft_split():
+def sft_split():  # -> (held [(topic, (prompt, answer))], kept pairs)
     """A sample is held out if it comes from a document that topics holds out, pre-training never
     met it, and no kept sample has its prompt or answer (DailyDialog repeats 'Thank you.')."""
     held_docs, kept_docs = held_and_kept('topics')
-    texts = lambda docs: {*docs, *(p for d in docs for p in itertools.pairwise(d.split('\n')))}
-    in_held, in_kept = texts([doc['text'] for _, doc in held_docs]), texts(kept_docs)
+    texts = lambda docs: {*docs, *(p for d in docs for p in line_pairs(d))}
+    in_held, in_kept = texts([d['text'] for d in held_docs]), texts(kept_docs)
     held, kept = [], []
     for topic, source in DATASETS['sft'].items():
         for pair in dict.fromkeys(p for p in source() if joined(p)):
-            met = {pair, joined(pair)}  # as a (turn, next turn) or as a whole document
+            met = {pair, joined(pair)}  # as a (turn, reply) or as a whole document
             if met & in_held and not met & in_kept:
                 held.append((topic, pair))
             else:
@@ -178,67 +178,61 @@ def sft_split():
           f"{len(held) - len(unique):,} that share a prompt or answer with the {len(kept):,} kept)")
     return unique, kept
 
-def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: one a row)
+def documents():  # -> (eot, held, train, val): token arrays, one a document (sft: a row)
     encode, _, eot = get_tokenizer(tokenizer)
     held, kept = sft_split() if dataset == 'sft' else held_and_kept(dataset)
-    if dataset != 'shakespeare':  # mix the topics; the play keeps its order, so the text reads on
+    if dataset != 'shakespeare':  # mix the topics; the play's speeches stay in order
         random.Random(seed).shuffle(kept)
-    held, docs = (sft(encode, eot, held, kept) if dataset == 'sft' else
-                  (held, [encode(d) + [eot] for d in kept]))
-    n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% of the documents train; val is never empty
+    doc = lambda text: encode(text) + [eot]
+    held, docs = sft(doc, eot, held, kept) if dataset == 'sft' else (held, list(map(doc, kept)))
+    n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% train; val is never empty
     if n < 1:
         raise InputError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
                          + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
 
-def sft(encode, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT padding
-    as_row = lambda prompt, answer: encode(prompt) + [eot] + encode(answer) + [eot]  # unpadded
-    samples = [as_row(*pair) for pair in kept]
+def sft(doc, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT padding
+    samples = [doc(prompt) + doc(answer) for prompt, answer in kept]
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
-    held = [(topic, {'text': prompt, 'answer': answer}) for topic, (prompt, answer) in held
-            if len(as_row(prompt, answer)) <= block_size]
-    return held, rows
+    return [{'topic': topic, 'text': prompt, 'answer': answer} for topic, (prompt, answer) in held
+            if len(doc(prompt) + doc(answer)) <= block_size], rows
 
-def fineweb():  # -> (eot, held, train, val): token arrays, one a shard (train: 1..shards, val: 0)
-    if tokenizer != 'gpt2':
-        raise InputError("fineweb (GPT-2 tokens) needs --tokenizer=gpt2")
-    held, _ = held_and_kept('topics')  # eval.py reads the topics' held-out documents
+def fineweb():  # -> (eot, held, train, val), one array a shard (train: 1..shards, val: 0)
+    held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]
     return 50256, held, train, val  # GPT-2's EOT, which starts every document
-def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), then the tokens
+def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), the tokens
     header, size = np.fromfile(path, dtype='<i4', count=256), os.path.getsize(path)
     if len(header) < 256 or list(header[:2]) != [20240520, 1] or size != 1024 + 2 * int(header[2]):
-        raise InputError(f"{path} is not a whole llm.c shard: header {header[:3].tolist()} (want "
-                         f"magic 20240520, version 1, token count), file size {size:,} bytes")
+        raise InputError(f"{path} is not a whole llm.c shard (magic 20240520, version 1, token "
+                         f"count): header {header[:3].tolist()}, {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
 
 def main():
-    if dataset not in DATASETS and dataset != 'fineweb':
-        raise InputError(f"unknown dataset '{dataset}': choose topics, shakespeare, fineweb or sft")
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
     for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (built beside it)
         check_output(path, 'data_root')
-    with replaced(out_dir) as new:  # a run that fails or is stopped leaves out_dir as it was
+    with replaced(out_dir) as new:  # stopped or failed, out_dir stays as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
         size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
         if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
             raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
                              f"it is kept; check the settings, or remove {out_dir} to replace it")
-        if not held:  # eval.py needs held-out documents
+        if not held:  # (eval.py needs them)
             raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
                              (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
-                    row=block_size if dataset == 'sft' else 0)  # sft: training draws whole rows
-        lines = [json.dumps({'topic': t, **d}, ensure_ascii=False) + '\n' for t, d in held]
-        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [''.join(lines).encode()],
+                    row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
+        lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
+        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
                  'meta.json': [json.dumps(meta, indent=2).encode()]}
         for name, parts in files.items():
             with open(os.path.join(new, name), 'wb') as f:
-                f.writelines(parts)  # bytes or token arrays (a shard is memory-mapped)
+                f.writelines(parts)  # bytes, or token arrays (a shard memory-mapped)
                 print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 
 if __name__ == '__main__':
