@@ -1,9 +1,8 @@
 # Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 # $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
-# A config file sets globals, --key=value one. Each key must be a global of the script, keeps
-# its type, and must lie in the script's _domain; then its _rules must hold (guards.check_keys).
+# A key keeps its type and must lie in the script's _domain, and its _rules must hold.
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
-import ast, builtins, os, re, sys, traceback
+import ast, builtins, os, sys, traceback
 from difflib import get_close_matches
 import guards as _guards
 from guards import InputError, typed
@@ -48,13 +47,9 @@ if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its key
     print('\n'.join(f"  {k} = {v!r}" for k, v in _keys.items()))
     sys.exit(0)
 for _arg in sys.argv[1:]:
-    if re.search('[\udc80-\udcff]', _arg):  # how Python reads argv bytes that are not UTF-8
-        raise InputError(f"{_arg.partition('=')[0]} holds bytes that are not UTF-8 text: type it "
-                         "again, or read it from a UTF-8 file (sample.py: --start=FILE:prompt.txt)")
+    _guards.check_arg(_arg)  # not UTF-8, --key without =value, key=value without dashes
     if _arg.startswith('--'):
-        _key, _eq, _text = _arg[2:].partition('=')
-        if not _eq:
-            raise InputError(f"'{_arg}' needs a value: write {_arg}=VALUE")
+        _key, _, _text = _arg[2:].partition('=')
         try:  # a text key takes the text as typed (--start=1984); any other, a Python literal
             _val = _text if isinstance(globals().get(_key), str) else ast.literal_eval(_text)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
@@ -63,9 +58,6 @@ for _arg in sys.argv[1:]:
         _said = repr(globals()[_key])  # a long one (a prompt) shortened
         _said = _said if len(_said) <= 100 else f"{_said[:80]}... ({len(_said):,} characters)"
         _said = f"Overriding: {_key} = {_said}"
-    elif '=' in _arg and not os.path.exists(_arg):  # batch_size=3, -batch_size=3
-        raise InputError(f"'{_arg}' is neither --key=value nor a config file: write "
-                         f"--{_arg.lstrip('-')}")
     else:  # a config file (it may set nothing)
         for _key, _val in _run_config(_arg, {}).items():
             if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports

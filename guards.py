@@ -30,6 +30,16 @@ def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='',
     return (f"--{key}={shlex.quote(value)}" if type(value) is str
             else shlex.quote(f"--{key}={value}"))
 
+def check_arg(arg):  # configurator.py: one argument, before it is read
+    if re.search('[\udc80-\udcff]', arg):  # how Python reads argv bytes that are not UTF-8
+        raise InputError(f"{arg.partition('=')[0]} holds bytes that are not UTF-8 text: type it "
+                         "again, or read it from a UTF-8 file (sample.py: --start=FILE:prompt.txt)")
+    if arg.startswith('--') and '=' not in arg:
+        raise InputError(f"'{arg}' needs a value: write {arg}=VALUE")
+    if not arg.startswith('--') and '=' in arg and not os.path.exists(arg):  # batch_size=3
+        raise InputError(f"'{arg}' is neither --key=value nor a config file: write "
+                         f"--{arg.lstrip('-')}")
+
 def holds(rule, values):
     try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
         return eval(rule, dict(values))

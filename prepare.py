@@ -6,7 +6,7 @@ import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
 import numpy as np
 from guards import InputError, check_output, replaced
 
-dataset = 'topics'  # 'topics' (code, math, dialogue, news, poetry), 'shakespeare', 'fineweb', 'sft'
+dataset = 'topics'  # topics: code, math, dialogue, news, poetry
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, no vocabulary files)
 shards = 4  # fineweb: train shards of 100M tokens
 mirror = ''  # a folder laid out as <host>/<path> (../shared/data), read instead of the network
@@ -74,16 +74,16 @@ def sft_targets(rows, eot, pad=True):
 
 def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
     local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)
-    if os.path.isfile(local):  # the mirror's, or an earlier run's download
+    if os.path.isfile(local):  # the mirror's, or an earlier download
         return local
     if mirror:
         raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
     import requests  # (only a download needs it)
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
-    tmp = local + '.tmp'  # renamed once whole: a rerun never takes a cut-off file for whole
+    tmp = local + '.tmp'  # renamed once whole, so a rerun never reads a cut-off file
     os.makedirs(os.path.dirname(local), exist_ok=True)
-    try:  # (requests' errors, a body cut short of its Content-Length too, are OSErrors)
+    try:  # requests' errors (a body cut short of its Content-Length too) are OSErrors
         with requests.get(url, headers=plain, stream=True, timeout=30) as r, open(tmp, 'wb') as f:
             r.raise_for_status()
             total = int(r.headers.get('Content-Length', 0))
@@ -95,7 +95,7 @@ def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
     except OSError as e:
         raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
                          "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
-    finally:  # (after an error or Ctrl-C)
+    finally:  # (after an error or Ctrl-C: no leftovers)
         pathlib.Path(tmp).unlink(missing_ok=True)
     return local
 
@@ -104,21 +104,21 @@ def read(path):
     return (gzip.decompress(data) if path.endswith('.gz') else data).decode('utf-8')
 def jsonl(path):
     return [json.loads(line) for line in read(path).splitlines() if line.strip()]
-def blank_line_separated(path):  # a sonnet, or a speech of the play
+def blank_line_separated(path):  # sonnets, the play's speeches
     return [d.strip() for d in re.split(r'\n\s*\n', read(path))]
-def joined(parts):  # the non-blank parts, one a line (an SFT pair as a document)
+def joined(parts):  # the non-blank parts, one a line (an SFT pair as one document)
     return '\n'.join(part for part in parts if part.strip())
 def line_pairs(doc):  # a dialogue's (turn, reply)
     return itertools.pairwise(doc.split('\n'))
 
-def code_pairs():  # CodeAlpaca: (the task and its input if any, the answer)
+def code_pairs():  # CodeAlpaca: (the task and its input, the answer)
     return [(joined([r['instruction'], r['input']]), r['output'])
             for r in json.loads(read(CODEALPACA))]
 def code_docs():  # the pairs as documents, and HumanEval's prompt + solution
     docs = list(map(joined, code_pairs()))
     return docs + [r['prompt'] + r['canonical_solution'] for r in jsonl(HUMANEVAL)]
 
-def math_pairs():  # GSM8K: (the question, the worked answer ending in '#### N')
+def math_pairs():  # GSM8K: (the question, the worked answer, '#### N' last)
     return [(r['question'], r['answer']) for r in jsonl(GSM8K % 'train') + jsonl(GSM8K % 'test')]
 
 def dialogue_docs():  # DailyDialog: a dialogue a line, its turns ended by __eou__
@@ -150,7 +150,7 @@ DATASETS = {'shakespeare': {'shakespeare': lambda: blank_line_separated(SHAKESPE
 def held_and_kept(name):  # -> (eval.jsonl's held-out {'topic', 'text'}, the kept docs)
     held, kept = [], []
     for topic, source in DATASETS[name].items():
-        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # each once: never in both
+        docs = list(dict.fromkeys(d for d in source() if d.strip()))  # once: never in both
         n_held = min(eval_docs, len(docs) // 2)  # at random, the same on every run
         out = set(random.Random(f'{seed}:{topic}').sample(range(len(docs)), n_held))
         held += [{'topic': topic, 'text': docs[i]} for i in sorted(out)]
@@ -185,10 +185,7 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
         random.Random(seed).shuffle(kept)
     doc = lambda text: encode(text) + [eot]
     held, docs = sft(doc, eot, held, kept) if dataset == 'sft' else (held, list(map(doc, kept)))
-    n = min(int(0.9 * len(docs)), len(docs) - 1)  # 90% train; val is never empty
-    if n < 1:
-        raise InputError(f"only {len(docs)} documents left for train and val; lower --eval_docs"
-                         + (f" or raise block_size={block_size}" if dataset == 'sft' else ''))
+    n = int(0.9 * len(docs))  # 90% train, the rest val (never empty: n < len(docs))
     docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
     return eot, held, docs[:n], docs[n:]
 
@@ -200,11 +197,11 @@ def sft(doc, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT
     return [{'topic': topic, 'text': prompt, 'answer': answer} for topic, (prompt, answer) in held
             if len(doc(prompt) + doc(answer)) <= block_size], rows
 
-def fineweb():  # -> (eot, held, train, val), one array a shard (train: 1..shards, val: 0)
-    held, _ = held_and_kept('topics')  # the topics' held-out documents, for eval.py
+def fineweb():  # -> (eot, held, train, val): one array a shard (train: 1..shards, val: 0)
+    held, _ = held_and_kept('topics')  # eval.py reads the topics' held-out documents
     val = [read_shard(fetch(FINEWEB % ('val', 0), HF_HOST))]
     train = [read_shard(fetch(FINEWEB % ('train', i), HF_HOST)) for i in range(1, shards + 1)]
-    return 50256, held, train, val  # GPT-2's EOT, which starts every document
+    return 50256, held, train, val  # GPT-2's EOT (it starts each document)
 def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token count), the tokens
     header, size = np.fromfile(path, dtype='<i4', count=256), os.path.getsize(path)
     if len(header) < 256 or list(header[:2]) != [20240520, 1] or size != 1024 + 2 * int(header[2]):
@@ -214,7 +211,7 @@ def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token coun
 
 def main():
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
-    for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (built beside it)
+    for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (.new: built beside)
         check_output(path, 'data_root')
     with replaced(out_dir) as new:  # stopped or failed, out_dir stays as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
@@ -222,9 +219,10 @@ def main():
         if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
             raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
                              f"it is kept; check the settings, or remove {out_dir} to replace it")
-        if not held:  # (eval.py needs them)
-            raise InputError(f"no held-out documents left for {out_dir}/eval.jsonl" +
-                             (f": raise --block_size={block_size}" if dataset == 'sft' else ''))
+        if not (held and train):  # (eval.py needs held-out documents)
+            fix = f": raise --block_size={block_size}" if dataset == 'sft' else ''
+            raise InputError(f"no {'training' if held else 'held-out'} documents left for "
+                             f"{out_dir}{fix}")
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
         lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
@@ -232,7 +230,7 @@ def main():
                  'meta.json': [json.dumps(meta, indent=2).encode()]}
         for name, parts in files.items():
             with open(os.path.join(new, name), 'wb') as f:
-                f.writelines(parts)  # bytes, or token arrays (a shard memory-mapped)
+                f.writelines(parts)  # bytes or token arrays (a shard: memory-mapped)
                 print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 
 if __name__ == '__main__':
