@@ -42,7 +42,7 @@ def _run_config(path, into):  # in a config, include('v5.py') runs one of its fo
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
 _keys = {k: v for k, v in globals().items() if k.islower() and k[0] != '_' and type(v) in _simple}
 _guards.script_keys = _keys
-if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, then its keys and defaults
+if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, keys and defaults
     print(__doc__.strip() + "\n\nkeys (--key=value), with their defaults:")
     print('\n'.join(f"  {k} = {v!r}" for k, v in _keys.items()))
     sys.exit(0)
@@ -55,7 +55,7 @@ for _arg in sys.argv[1:]:
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             _val = _text  # a bare word (--compile=true); if the key takes no text, _set says so
         _set(_key, _val)
-        _said = repr(globals()[_key])  # a long one (a prompt) shortened
+        _said = repr(globals()[_key])  # (a long prompt: shortened)
         _said = _said if len(_said) <= 100 else f"{_said[:80]}... ({len(_said):,} characters)"
         _said = f"Overriding: {_key} = {_said}"
     else:  # a config file (it may set nothing)
