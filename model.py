@@ -21,7 +21,6 @@ class GPTConfig:
     loops: tuple = (30,)        # iterations per tied segment; () = plain transformer
     n_coda: int = 2
     alpha_init: float = 0.1
-    loop_init: float = 1.0      # the tied blocks' output projections start at this times GPT-2's
     phantom: bool = False       # backprop only through the last phantom_steps iterations
     phantom_steps: int = 1
     supervise: tuple = ()       # global depths where the loss is also taken (multi-depth)
@@ -46,8 +45,7 @@ class GPTConfig:
 # each field's valid values (x: its value), then the rules across fields (train.py checks
 # them first, naming its --keys)
 DOMAIN = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
-          'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'loop_init': 'x > 0',
-          'dropout': '0 <= x < 1',
+          'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
           'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
           'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
 RULES = ['n_embd % n_head == 0', 'all(d <= sum(loops) for d in supervise)',
@@ -296,10 +294,7 @@ class GPT(nn.Module):
             if 'gate' in name:  # the gates start at zero
                 continue
             if p.dim() >= 2:
-                std = proj_std if name.endswith('proj.weight') else 0.02
-                if name.startswith('segments') and name.endswith('proj.weight'):
-                    std = std * c.loop_init  # the tied block's update starts larger (or smaller)
-                nn.init.normal_(p, 0.0, std)
+                nn.init.normal_(p, 0.0, proj_std if name.endswith('proj.weight') else 0.02)
             elif name.endswith('bias'):
                 nn.init.zeros_(p)
 

@@ -37,7 +37,6 @@ n_prelude = 2
 loops = (30,)  # iterations per tied segment; () = a plain transformer
 n_coda = 2
 alpha_init = 0.1
-loop_init = 1.0  # the tied blocks' output projections: this times GPT-2's init
 phantom = False  # backprop through the last phantom_steps iterations only
 phantom_steps = 1
 supervise = ()  # multi-depth supervision: the global depths where the loss is also taken
@@ -173,14 +172,17 @@ def get_batch(data, ix):
 @torch.no_grad()
 def estimate_loss():
     """Mean NLL at the final depth on the same batches each time. Rank 0 only: the raw model."""
-    out, g = {}, torch.Generator().manual_seed(seed)
+    out, g, t0 = {}, torch.Generator().manual_seed(seed), time.time()
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
-        for _ in range(eval_iters):
+        for i in range(eval_iters):
             with ctx:
                 _, _, info = raw_model(*get_batch(data, draw(data, (batch_size,), g)))
             losses.append(info['losses'][max(info['losses'])].item())  # at the final depth
+            if time.time() - t0 > 5:  # a long eval says how far it is, every 5 s
+                print(f"  eval {split}: {i + 1}/{eval_iters} batches", flush=True)
+                t0 = time.time()
         out[split] = sum(losses) / len(losses)
     raw_model.train()
     print(f"iter {iter_num}: train loss {out['train']:.4f}, val loss {out['val']:.4f}")
