@@ -17,7 +17,7 @@ def _set(key, val, where=''):  # where: the config file that sets it
     old = globals()[key]
     if isinstance(old, bool) and str(val).lower() in ('true', 'false'):
         val = str(val).lower() == 'true'
-    elif isinstance(old, float) and type(val) is int:
+    elif isinstance(old, float) and (type(val) is int or str(val).lstrip('+-') in ('nan', 'inf')):
         val = float(val)
     elif isinstance(old, tuple) and type(val) in (int, float):
         val = (val,)  # --loops=4: one segment of 4

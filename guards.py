@@ -54,8 +54,10 @@ def check_rules(rules, values, example):  # bad input: the first rule values bre
             shown = {k: example[k] for k in keys if example[k] not in ('', None)}
             valid = ' '.join(typed(k, v) for k, v in shown.items())
             fits = valid and holds(rule, {**values, **shown})  # (no example that breaks it)
-            raise InputError(' '.join(typed(k, values[k]) for k in keys) + f": need {rule}"
-                             + (f", e.g. {valid}" if fits else ''))
+            idle = re.fullmatch(r"(\w+) or '(\w+)' not in changed", rule)  # acts only with another
+            said = (f"{typed(idle[2], values[idle[2]])} does nothing without {idle[1]}" if idle
+                    else ' '.join(typed(k, values[k]) for k in keys))
+            raise InputError(f"{said}: need {rule}" + (f", e.g. {valid}" if fits else ''))
 
 def domains(table):  # {'a b': 'x >= 1'} -> {'a': 'x >= 1', 'b': 'x >= 1'}
     return {key: domain for keys, domain in table.items() for key in keys.split()}

@@ -303,3 +303,12 @@ def test_a_checkpoint_without_the_data_it_names_is_one_line(tmp_path):
         torch.save(ckpt, tmp_path / f'{part}.pt')
         with pytest.raises(InputError, match=rf"lacks {part}\['{key}'\]: not saved by train.py"):
             guards.load_checkpoint(str(tmp_path / f'{part}.pt'))
+
+
+def test_nan_and_inf_are_out_of_range_and_an_idle_key_names_what_it_needs(here, monkeypatch, capsys):
+    """nan and inf are floats out of range (not 'of the wrong type'); a key that acts only with another says so."""
+    for text in ('nan', 'inf', '-inf'):
+        kind, line = run_here('train.py', [f'--learning_rate={text}', '--device=cpu'], monkeypatch, capsys)
+        assert kind == 'error' and 'float32 range' in line and 'of type' not in line, line
+    kind, line = run_here('train.py', ['--exit_beta=0.3', '--device=cpu'], monkeypatch, capsys)
+    assert kind == 'error' and line.startswith('error: --exit_beta=0.3 does nothing without exit_gate'), line
