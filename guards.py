@@ -62,13 +62,11 @@ def check_rules(rules, values, example):  # bad input: the first rule values bre
 def domains(table):  # {'a b': 'x >= 1'} -> {'a': 'x >= 1', 'b': 'x >= 1'}
     return {key: domain for keys, domain in table.items() for key in keys.split()}
 
-def check_keys(table, rules, values, defaults):
-    """configurator.py: each key against its domain (a path: ~ and $VAR expanded), then the rules
-    across keys (resuming or fine-tuning, train.py checks those on the run's settings)."""
+def check_keys(table, rules, values, defaults):  # configurator.py: each key, then the rules
     table = domains(table)
     if undeclared := [k for k in defaults if k not in table]:  # a bug of the script, not input
         raise RuntimeError(f"no domain declared for {', '.join(undeclared)}: add it to _domain")
-    for key, default in defaults.items():
+    for key, default in defaults.items():  # against its domain (a path: ~ and $VAR expanded)
         value, domain = values[key], table[key]
         finite = all(abs(v) < 3e38 for v in (value if type(value) is tuple else (value,))
                      if type(v) is float)  # (1e999 reads as inf, nan passes no bound: float32's)
@@ -78,7 +76,7 @@ def check_keys(table, rules, values, defaults):
             raise InputError(f"{typed(key, value)}: need {rule}{example}")
         if domain in PATHS and value != default:
             values[key] = check_path(key, value, domain, default)
-    if values.get('init_from', '') in ('', 'scratch'):
+    if values.get('init_from', '') in ('', 'scratch'):  # (else train.py checks the run's settings)
         check_rules(rules, values, defaults)
 
 def check_path(key, value, kind, default):  # -> the path, ~ and $VAR expanded, or bad input
@@ -118,11 +116,10 @@ def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else
         raise InputError(f"--device={device} is not usable on this machine{why}: use --device=cpu")
     return device
 
-def autocast_dtype(device, dtype='', decode=False, trained=''):
-    """-> (dtype, its autocast context, which and why): '' is the trained one, else the fastest."""
+def autocast_dtype(device, dtype='', decode=False, trained=''):  # -> (dtype, autocast, why)
     import torch
     device_type = 'cuda' if 'cuda' in device else 'cpu'
-    why = f"--dtype={dtype}"
+    why = f"--dtype={dtype}"  # '' is the dtype the model was trained with, else the fastest
     if not dtype and trained:
         dtype, why = trained, "the dtype the model was trained with"
     elif not dtype and device_type == 'cuda':
@@ -175,11 +172,10 @@ def exits(c):  # -> (model.exit_kinds(c), what the model lacks for the others)
     return exit_kinds(c), lacks if c.act or not c.loops else "no exit gate (--exit_gate=True)"
 
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
-    kind, _, t = s.partition(':')
-    try:  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
-        t = float(t) if kind in ('maxprob', 'resid', 'learned') else -1.0
-    except ValueError:
-        t = -1.0
+    kind, _, text = s.partition(':')
+    t = -1.0  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
+    with suppress(ValueError):
+        t = float(text) if kind in ('maxprob', 'resid', 'learned') else t
     if not (0 <= t <= 1 or kind == 'resid' and t >= 0):  # (maxprob:1.5 would never exit)
         raise InputError(f"--exit_at={s}: write maxprob:T or learned:T (0 <= T <= 1), or resid:T "
                          "(T >= 0), e.g. --exit_at=maxprob:0.9")
@@ -339,16 +335,14 @@ def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
 
-def run_settings(keys, defaults, rules):
-    """train.py's settings -> (settings, the model it starts from, its ckpt; or None). Resuming: the
-    run's own but RUN_ONLY and the keys given (which must keep its model, block_size, dataset)."""
+def run_settings(keys, defaults, rules):  # train.py's -> (settings, model, ckpt; None: scratch)
     from dataclasses import asdict
     typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
     given = {k for k in keys if keys[k] != defaults[k]} | typed_keys
     init_from, ckpt_path = keys['init_from'], os.path.join(keys['out_dir'], 'ckpt.pt')
     check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
     settings, model, ckpt = dict(keys), None, None
-    if init_from == 'resume':
+    if init_from == 'resume':  # the run's own settings but RUN_ONLY and the keys given
         model, ckpt = load_checkpoint(ckpt_path)
         run = {k: v for k, v in ckpt['config'].items() if k in keys and k not in RUN_ONLY}
         doing, where = 'resuming', keys['out_dir']
@@ -357,7 +351,7 @@ def run_settings(keys, defaults, rules):
         run = {k: v for k, v in asdict(model.config).items()
                if k not in ('vocab_size', 'block_size')}
         doing, where = 'fine-tuning', init_from
-    if ckpt:  # given keys of the model and its data must agree with it
+    if ckpt:  # given keys of the model and its data (block_size, dataset) must agree with it
         for key in sorted(given & set(run) & {*asdict(model.config), 'dataset'}):
             if settings[key] != run[key]:
                 raise InputError(f"{typed(key, settings[key])}: the run in {where} has "
@@ -420,8 +414,7 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
     atexit.register(unlock)
     return f
 
-class Stop:
-    """Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (a second: stop at once)."""
+class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (again: at once)
     def __init__(self, ckpt_path, master):
         self.signals, self.ckpt_path, self.master = [], ckpt_path, master
         self.at_once = f"stopped at once; {ckpt_path} holds the last saved checkpoint"
