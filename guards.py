@@ -1,6 +1,6 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, sys, glob, json, math, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
+import os, re, sys, glob, json, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 import numpy as np
