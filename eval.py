@@ -4,7 +4,7 @@ pad fraction), NLL by loop depth, early exit against uniform depth, depth per to
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
-import os, json, math, time
+import os, json, math
 from html import escape as esc
 import numpy as np
 import torch
@@ -63,7 +63,7 @@ def doc_rows(data_dir, T, max_docs):
 def score(model, x, batch_size, n_loops=None, exit=None):
     """-> nll, depth, resid, entropy of each prediction in rows x (N, T - 1: column j predicts
     x[:, j + 1])."""
-    out, t0, device = [], time.time(), model.head.weight.device
+    out, progress, device = [], guards.Progress(), model.head.weight.device
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
         logits, _, info = model(xb, n_loops=n_loops, exit=exit)
@@ -71,9 +71,7 @@ def score(model, x, batch_size, n_loops=None, exit=None):
         nll = F.cross_entropy(logits.transpose(1, 2), xb[:, 1:], reduction='none')
         entropy = -(logits.softmax(-1) * logits.log_softmax(-1)).sum(-1)
         out.append([nll, info['depth'][:, :-1], info['resid'][:, :-1].float(), entropy])
-        if time.time() - t0 > 5:  # a slow eval: how far it is
-            print(f"  {i + len(xb)}/{len(x)} rows scored", flush=True)
-            t0 = time.time()
+        progress(f"  {i + len(xb)}/{len(x)} rows scored")  # a slow eval
     return [torch.cat(column).cpu() for column in zip(*out)]
 
 def suffix(T, start=0):

@@ -1,6 +1,6 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, sys, glob, json, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
+import os, re, sys, glob, json, time, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 import numpy as np
@@ -413,6 +413,15 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
             os.rmdir(out_dir)
     atexit.register(unlock)
     return f
+
+class Progress:  # a long loop says how far it is, every 5 s: progress(text) at each turn
+    def __init__(self):
+        self.t0 = time.time()
+
+    def __call__(self, text):
+        if time.time() - self.t0 > 5:
+            print(text, flush=True)
+            self.t0 = time.time()
 
 class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (again: at once)
     def __init__(self, ckpt_path, master):

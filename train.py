@@ -172,7 +172,7 @@ def get_batch(data, ix):
 @torch.no_grad()
 def estimate_loss():
     """Mean NLL at the final depth on the same batches each time. Rank 0 only: the raw model."""
-    out, g, t0 = {}, torch.Generator().manual_seed(seed), time.time()
+    out, g, progress = {}, torch.Generator().manual_seed(seed), guards.Progress()
     raw_model.eval()
     for split, data in (('train', train_data), ('val', val_data)):
         losses = []
@@ -180,9 +180,7 @@ def estimate_loss():
             with ctx:
                 _, _, info = raw_model(*get_batch(data, draw(data, (batch_size,), g)))
             losses.append(info['losses'][max(info['losses'])].item())  # at the final depth
-            if time.time() - t0 > 5:  # a long eval says how far it is, every 5 s
-                print(f"  eval {split}: {i + 1}/{eval_iters} batches", flush=True)
-                t0 = time.time()
+            progress(f"  eval {split}: {i + 1}/{eval_iters} batches")  # a long eval
         out[split] = sum(losses) / len(losses)
     raw_model.train()
     print(f"iter {iter_num}: train loss {out['train']:.4f}, val loss {out['val']:.4f}")
