@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import ExitGate, exit_kinds
+from model import exit_kinds
 from prepare import sft_targets
 from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens, saving
 
@@ -50,7 +50,6 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     **{f'act-{hp}': pt('act', f'--halt_penalty={hp}') for hp in (0.001, 0.003, 0.01)},
     'plain': pt('plain'),
     'exit-0.1': pt('exit', '--exit_beta=0.1'),  # Ouro's stage I
-    'exit-0.1-II': (None, 'exit-0.1'),  # + Ouro's stage II: the gate refitted alone (stage_two)
     # a control: beta so large that p stays uniform (multi-depth supervision + the gate's gradient)
     'exit-10': pt('exit', '--exit_beta=10'),
     # a control: the gate's early gradient shrinks the LM's clipped step, like a longer warmup
@@ -70,14 +69,14 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
 }
 STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
-         'exit-0.1', 'exit-0.1-II', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
+         'exit-0.1', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
 TUNE = {'w': 'warmup_iters', 'c': 'grad_clip', 'lr': 'learning_rate', 'a': 'alpha_init',
         'b': 'beta2'}
 
 def tuned(name):  # 'multi+w100+c0.25' -> (multi's args + --warmup_iters=100 --grad_clip=0.25, None)
     base, *knobs = name.split('+')
     settings = ', '.join(f'{k} ({v})' for k, v in TUNE.items())
-    if base not in MODELS or MODELS[base][1] or not knobs:  # (a stage II has a base too)
+    if base not in MODELS or MODELS[base][1] or not knobs:  # (not a fine-tuned one)
         raise InputError(f"--models={name}: a tuned arm is a model trained from scratch, then its "
                          f"settings, e.g. multi+w100+c0.25; settings: {settings}")
     args = list(MODELS[base][0])
@@ -96,16 +95,14 @@ runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
 results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
 from_runs = False  # True: rewrite the page from results/runs/*.json as they are: train nothing
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
-stage_two_steps = 300  # of the exit gate alone, batch_size rows each (stage_two)
-THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02),
-              'learned': (0.3, 0.5, 0.7, 0.9)}  # the post-hoc exits, and the exit gate's q
+THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02)}  # post-hoc exits
 LAMBDAS = (0, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3)  # the oracle's price of compute, nats per MFLOP
 SFT_MODELS = ['single', 'plain', 'sft', 'sft-nopad', 'plain-sft']  # scored on held-out SFT samples
 TOPICS, SFT = 'data/topics_byte', 'data/sft_byte'
 eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
-_domain = {'eval_iters batch_size stage_two_steps jobs': 'x >= 1', 'results runs': 'new folder',
+_domain = {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
            'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)',
            'models train_args from_runs device': 'any'}  # each key's values (x: its value)
 _rules = []  # across keys: none (configurator.py checks both)
@@ -122,8 +119,6 @@ def train(name, seed):
     args, base = MODELS[name]
     if base:  # the run it starts from, first: finished, never half-trained
         train(base, seed)
-    if args is None:
-        return stage_two(name, seed)
     out_dir, what, why = run_dir(name, seed), 'training', ''
     start = [f'--init_from={run_dir(base, seed)}'] if base else []
     if os.path.exists(path := os.path.join(out_dir, 'ckpt.pt')):
@@ -142,45 +137,6 @@ def train(name, seed):
     if r.returncode:
         raise InputError(f"training {out_dir} failed (exit {r.returncode}): see {log}")
 
-MARGIN = 0.01  # stage II: the gate learns 'go on' where the next depth gains more (nats)
-
-class StageTwoGate(ExitGate):
-    """Ouro's stage II: each lambda_t learns 'stop here' (the next supervised depth gains less than
-    MARGIN) by binary cross-entropy, in place of stage I's expected NLL (ExitGate.loss)."""
-    def loss(self, states, nlls, mask):
-        lam = torch.stack([self.lam(z.detach()) for z in states])
-        stop = (nlls[:-1] - nlls[1:] < MARGIN).float()
-        per_token = F.binary_cross_entropy(lam, stop, reduction='none').sum(0)
-        return (per_token * mask).sum() / mask.sum()
-
-def stage_two(name, seed):
-    """Ouro's stage II on the stage-I run of the same seed: the exit gate alone trained on train.bin
-    (StageTwoGate.loss), saved as a run of its own. In one go: a stopped one starts again."""
-    out_dir = run_dir(name, seed)
-    if os.path.exists(path := os.path.join(out_dir, 'ckpt.pt')):
-        return
-    model, ckpt = load_checkpoint(os.path.join(run_dir(MODELS[name][1], seed), 'ckpt.pt'), device)
-    model.requires_grad_(False)  # the language model frozen; a new gate trains against MARGIN
-    model.exit_gate = StageTwoGate(model.config).to(device)
-    model.load_state_dict(ckpt['model'])  # (starting from the stage-I gate)
-    optimizer = torch.optim.AdamW(model.exit_gate.parameters(), lr=1e-2, weight_decay=0.0)
-    rows = ev.val_rows(load_tokens(TOPICS, 'train'), model.config.block_size + 1,
-                       stage_two_steps * batch_size, seed)  # seeded rows of train.bin, x and y
-    log = log_path(name, seed)
-    print(f"stage II for {out_dir}: {stage_two_steps} steps, margin {MARGIN} > {log}", flush=True)
-    with open(log, 'w') as f:
-        for step, xy in enumerate(rows.split(batch_size), 1):
-            loss = model(xy[:, :-1].to(device), xy[:, 1:].to(device))[1]
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            if step % 50 == 0:
-                print(f"step {step}: gate loss {loss.item():.4f}", file=f, flush=True)
-    ckpt['model'] = model.state_dict()
-    os.makedirs(out_dir, exist_ok=True)
-    with saving(path, 'of stage II') as tmp:
-        torch.save(ckpt, tmp)
-
 # ----------------------------------------------------------------------------- compute
 def block_flops(c, T):
     """A block's forward FLOPs per token, as torch's FlopCounterMode counts them (matmuls, and
@@ -192,7 +148,7 @@ def block_flops(c, T):
 def flops(c, T, depth, readouts=1, gates=0):
     """Forward FLOPs per token: the prelude and `depth` loop iterations (summed over segments),
     `readouts` (the coda and the head: the model's own, plus one per maxprob check) and `gates`
-    (ACT's or the exit gate's, 2 d each: counted once per iteration, an upper bound)."""
+    (ACT's, or in training the exit gate's, 2 d each: once per iteration, an upper bound)."""
     readout = c.n_coda * block_flops(c, T) + 2 * c.n_embd * c.vocab_size
     return (c.n_prelude + depth) * block_flops(c, T) + readouts * readout + gates * 2 * c.n_embd
 
@@ -255,13 +211,12 @@ def measure_val(model, rows):
     for kind in exit_kinds(c):  # (a maxprob check reads out)
         ts = THRESHOLDS[kind]
         frozen = [(t, *ev.val_nll(model, rows, batch_size, exit=(kind, t))) for t in ts]
-        out[f'frozen {kind}'] = [point(t, d, n, 1 + d * (kind == 'maxprob'),
-                                       d * (kind == 'learned')) for t, n, d in frozen]
-        if kind != 'learned':  # every token runs all K; each reads out at its first confident depth
-            signal = {'maxprob': lambda t: maxprob >= t, 'resid': lambda t: resid < t}[kind]
-            picked = [(t, *select(nll, signal(t))) for t in ts]
-            out[f'selection {kind}'] = [point(t, K * S, mean(n), K if kind == 'maxprob' else 1)
-                                        | dict(depth=mean(d.float()) * S) for t, n, d in picked]
+        out[f'frozen {kind}'] = [point(t, d, n, 1 + d * (kind == 'maxprob')) for t, n, d in frozen]
+        # every token runs all K; each reads out at its first confident depth
+        signal = {'maxprob': lambda t: maxprob >= t, 'resid': lambda t: resid < t}[kind]
+        picked = [(t, *select(nll, signal(t))) for t in ts]
+        out[f'selection {kind}'] = [point(t, K * S, mean(n), K if kind == 'maxprob' else 1)
+                                    | dict(depth=mean(d.float()) * S) for t, n, d in picked]
     return out
 
 CLASSES = {'digits': string.digits, 'letters': string.ascii_letters, 'spaces': ' \n\t',
@@ -341,7 +296,8 @@ def read_runs(folder):
 DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
                 'exit-10-detach', 'exit-10-late', 'exit-10-early', 'exit-10-sham-noise',
                 'exit-10-sham-fixed']  # (probe, embed, inject, the shams: for the pages of
-# results/depth and results/tuned; gone from MODELS and train.py since 6280d14 and 9336524)
+# results/depth and results/tuned; gone from MODELS and train.py since 6280d14 and 9336524;
+# exit-0.1-II, Ouro's stage II, for results/seeds: gone with the learned exit after c2945b8)
 FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,

@@ -166,23 +166,20 @@ def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key
                          "): use the version that saved it, or train it again") from None
     return model.to(device), ckpt
 
-def exits(c):  # -> (model.exit_kinds(c), what the model lacks for the others)
-    from model import exit_kinds
-    lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
-    return exit_kinds(c), lacks if c.act or not c.loops else "no exit gate (--exit_gate=True)"
+def lacks_exits(c):  # -> '' where a model has post-hoc exits (model.exit_kinds), or what it lacks
+    lacks = '' if c.loops else "no tied loop"
+    return "an ACT gate that picks each token's depth" if c.act else lacks
 
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, text = s.partition(':')
     t = -1.0  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
     with suppress(ValueError):
-        t = float(text) if kind in ('maxprob', 'resid', 'learned') else t
+        t = float(text) if kind in ('maxprob', 'resid') else t
     if not (0 <= t <= 1 or kind == 'resid' and t >= 0):  # (maxprob:1.5 would never exit)
-        raise InputError(f"--exit_at={s}: write maxprob:T or learned:T (0 <= T <= 1), or resid:T "
-                         "(T >= 0), e.g. --exit_at=maxprob:0.9")
-    has, lacks = exits(config) if config else ([kind], '')
-    if kind not in has:
-        fix = f"use --exit_at={has[0]}:{t:g}" if has else "drop --exit_at"
-        raise InputError(f"--exit_at={s}: the model has {lacks}; {fix}")
+        raise InputError(f"--exit_at={s}: write maxprob:T (0 <= T <= 1) or resid:T (T >= 0), "
+                         "e.g. --exit_at=maxprob:0.9")
+    if config and lacks_exits(config):
+        raise InputError(f"--exit_at={s}: the model has {lacks_exits(config)}; drop --exit_at")
     return kind, t
 
 def check_output(path, key):  # before any work: can path be written? (missing folders: fine)
@@ -317,10 +314,9 @@ def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_k
     if suffix_start >= T:
         raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
-    has, lacks = exits(c)
-    if (exit_kind or thresholds) and (exit_kind or 'maxprob') not in has:
+    if (exit_kind or thresholds) and lacks_exits(c):
         given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
-        raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
+        raise InputError(f"{given}: the model in {out_dir} has {lacks_exits(c)}; drop it")
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
     from prepare import dataset_folder, split_folder
     data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])

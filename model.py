@@ -176,34 +176,28 @@ class Loop(nn.Module):
 class Exit:
     """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a
     token stops now. 'maxprob': once the readout's top probability reaches t; 'resid': once the
-    relative residual is below t; 'learned': once ExitGate's cumulative probability reaches t."""
+    relative residual is below t."""
     ponder = None
 
-    def __init__(self, model, exit, segment, z, cache=None):
+    def __init__(self, model, exit, segment, cache=None):
         if exit[0] not in exit_kinds(model.config):
-            raise ValueError(f"exit={exit}: use ('maxprob', t), ('resid', t) or, with an exit "
-                             "gate, ('learned', q)")
+            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t), with a tied loop")
         self.kind, self.t = exit
         self.model, self.segment, self.cache = model, segment, cache
-        self.survive = torch.ones(z.shape[:2], device=z.device)  # learned: the chance to run on
 
     def __call__(self, i, z, resid, running):
         if self.kind == 'resid':
             return resid < self.t
-        if self.kind == 'maxprob':  # this readout has cache slots of its own (see KVCache)
-            probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
-            return probs.amax(-1) >= self.t
-        if i + 1 not in self.model.config.supervise:  # 'learned': no gate between gated depths
-            return torch.zeros_like(running)
-        self.survive = self.survive * (1 - self.model.exit_gate.lam(z))
-        return 1 - self.survive >= self.t
+        # maxprob: this readout has cache slots of its own (see KVCache)
+        probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
+        return probs.amax(-1) >= self.t
 
     def output(self, z):
         return z
 
 def exit_kinds(c):
     """The post-hoc exits a model of config c has: none with ACT (its gate picks) or no loop."""
-    return [] if c.act or not c.loops else ['maxprob', 'resid'] + ['learned'] * c.exit_gate
+    return [] if c.act or not c.loops else ['maxprob', 'resid']
 
 class ACT:
     """Graves' adaptive computation time, called like an Exit: after each step the gate gives each
@@ -348,7 +342,7 @@ class GPT(nn.Module):
             if exit is not None:
                 raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
             return ACT(self.segments[segment].gate, k, z)
-        return Exit(self, exit, segment, z, cache) if exit else None
+        return Exit(self, exit, segment, cache) if exit else None
 
     def embed(self, idx, start=0):
         """Token + position embeddings (positions from start, after the cached ones), LN."""

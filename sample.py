@@ -18,7 +18,7 @@ top_k = 200  # 0 = off
 top_p = 1.0  # nucleus sampling; 1.0 = off
 repetition_penalty = 1.0
 n_loops = None  # None = the trained depth; an int for every segment, or a tuple (one per segment)
-exit_at = ''  # per-token exit: '' (off), 'maxprob:0.9', 'resid:0.05' or (exit gate) 'learned:0.5'
+exit_at = ''  # per-token exit: '' (off), 'maxprob:0.9' or 'resid:0.05'
 show_depth = False  # colour new tokens by loop depth (with exit_at or ACT each token its own)
 seed = 1337
 device = ''  # '' = cuda if available, else cpu

@@ -83,8 +83,8 @@ TRAIN = ('train.py', '--dataset=topics_byte', '--n_embd=16', '--n_head=2', '--n_
          '--n_coda=1', '--block_size=32', '--batch_size=2', '--max_iters=1', '--device=cpu')
 OPTIONS = {  # name: (setup(folder) or None, script and args, words the error line must contain)
     # the issue's cases
-    'sample_exit_at_learned_without_gate': (None, (*SAMPLE, '--exit_at=learned:0.5'),
-                                            ['--exit_at=learned:0.5', 'no exit gate', '--exit_at=maxprob:0.5']),
+    'sample_exit_at_without_a_loop': (lambda d: save_model(d / 'out', loops=()), (*SAMPLE, '--exit_at=maxprob:0.5'),
+                                      ['--exit_at=maxprob:0.5', 'no tied loop', 'drop --exit_at']),
     'sample_n_loops_per_segment_on_one': (None, (*SAMPLE, '--n_loops=(4,4)'),
                                           ["'--n_loops=(4, 4)'", '1 tied segment', '--n_loops=4']),
     'eval_exit_kind_on_act': (lambda d: save_model(d / 'out', act=True), (*EVAL, '--exit_kind=resid'),

@@ -31,8 +31,8 @@ def report(fail, capsys):
 
 def test_bad_input_raised_on_purpose_is_one_line(capsys):
     err = report(lambda: parse_exit('entropy:0.5'), capsys)
-    assert err == ("error: --exit_at=entropy:0.5: write maxprob:T or learned:T (0 <= T <= 1), or "
-                   "resid:T (T >= 0), e.g. --exit_at=maxprob:0.9\n")
+    assert err == ("error: --exit_at=entropy:0.5: write maxprob:T (0 <= T <= 1) or resid:T (T >= 0), "
+                   "e.g. --exit_at=maxprob:0.9\n")
 
 
 def test_an_accidental_value_error_keeps_its_traceback(capsys):

@@ -700,46 +700,7 @@ def test_a_detached_gate_keeps_its_gradient_from_the_language_model():
     assert not torch.allclose(grads(0.1, False), grads(10.0, False), atol=1e-4)
 
 
-def test_stage_two_loss_is_the_gates_cross_entropy_against_too_small_gains():
-    """Ouro's stage II (frontier.StageTwoGate, MARGIN 0.01): the loss is the BCE of each lambda_t
-    against 'stop here': the next supervised depth improves the token's NLL by less than 0.01."""
-    import frontier
-    assert frontier.MARGIN == 0.01
-    m = exit_model().train()
-    m.exit_gate = frontier.StageTwoGate(m.config)
-    with torch.no_grad():
-        m.exit_gate.gate.bias.fill_(0.7)
-    idx, tgt = batch()
-    loss = m(idx, tgt)[1]
-    with torch.no_grad():
-        nll = [F.cross_entropy(m(idx, n_loops=d)[0].flatten(0, 1), tgt.flatten(), reduction='none')
-               for d in (1, 2, 4)]
-    lam = torch.sigmoid(torch.tensor(0.7))
-    expected = 0
-    for now, later in zip(nll[:-1], nll[1:]):
-        stop = (now - later < 0.01).float()
-        expected = expected - (stop * lam.log() + (1 - stop) * (1 - lam).log())
-    assert loss.item() == pytest.approx(expected.mean().item(), rel=1e-5)
-    loss.backward()
-    assert m.exit_gate.gate.bias.grad.abs() > 0
-    assert all(p.grad is None or p.grad.abs().sum() == 0 for n, p in m.named_parameters()
-               if 'exit_gate' not in n)  # the language model gets no gradient from it
-
-
-@pytest.mark.parametrize("q,depth", [(0.3, 1), (0.55, 1), (0.7, 2), (0.9, 4), (1.0, 4)])
-def test_learned_exit_stops_where_the_cumulative_probability_reaches_q(q, depth):
-    """lambda = 0.6 at each gate: the cumulative exit probability is 0.6 after depth 1, 0.84 after 2."""
-    m = exit_model().eval()
-    with torch.no_grad():
-        m.exit_gate.gate.bias.fill_(math.log(0.6 / 0.4))
-    with torch.no_grad():
-        info = m(batch()[0], exit=('learned', q))[2]
-    assert (info['depth'] == depth).all()
-
-
-def test_learned_exit_needs_a_gate_and_supervised_depths():
-    with pytest.raises(ValueError, match="exit"):
-        make()(batch()[0], exit=('learned', 0.5))
+def test_exit_gate_needs_supervised_depths_in_one_segment():
     with pytest.raises(ValueError, match="exit_gate"):
         cfg(exit_gate=True)  # no supervised depth to stop at
     with pytest.raises(ValueError, match="exit_gate"):
@@ -754,8 +715,6 @@ def test_exit_model_cached_decoding_matches_re_encoding():
     a = m.generate(idx, 10, top_k=1, kv_cache=True)
     b = m.generate(idx, 10, top_k=1, kv_cache=False)
     assert torch.equal(a, b)  # at the fixed (trained) depth: the same computation
-    out, depth = m.generate(idx, 10, top_k=1, exit=('learned', 0.5), return_depth=True)
-    assert set(depth.unique().tolist()) <= {1, 2, 4}  # it stops only at a gated depth (or the last)
 
 
 # ---------------------------------------------------------------- 11. config validation
