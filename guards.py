@@ -229,6 +229,16 @@ def replaced(path):  # -> a folder to build in; done, it replaces path whole; el
         for folder in (new, old):
             shutil.rmtree(folder, ignore_errors=True)
 
+def check_prepared(out_dir, train, held, sft_block):  # prepare.py: never a worse dataset
+    size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
+    if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
+        raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
+                         f"it is kept; check the settings, or remove {out_dir} to replace it")
+    if not (held and train):  # (eval.py needs held-out documents)
+        fix = f": raise --block_size={sft_block}" if sft_block else ''
+        raise InputError(f"no {'training' if held else 'held-out'} documents left for "
+                         f"{out_dir}{fix}")
+
 def data_error(path, why):  # -> the error: the file, what is wrong, the fix
     from prepare import DATASETS, split_folder
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
@@ -321,6 +331,9 @@ def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_k
     from prepare import dataset_folder, split_folder
     data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
     check_start(model, ckpt, load_meta(data_dir), data_dir, T)
+    if len(val := load_tokens(data_dir, 'val')) <= T:
+        raise InputError(f"{data_dir}/val.bin has {len(val)} tokens, too few for block_size {T}: "
+                         "set a smaller --block_size")
     check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
     if html:
         check_output(html, 'html')
@@ -370,6 +383,8 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num):  # vs t
                          f"so block_size is {row - 1}: drop --block_size, or prepare rows of "
                          f"{block_size + 1}: prepare.py --dataset=sft --tokenizer="
                          f"{meta['tokenizer']} --block_size={block_size + 1}")
+    if row and block_size != row - 1 and os.environ.get('RANK', '0') == '0':
+        print(f"block_size = {row - 1}: {data_dir} holds SFT rows of {row} tokens")
     block_size = row - 1 if row else block_size
     for name, data in (('train', train_data), ('val', val_data)):
         if not row and len(data) <= block_size + 1:
@@ -378,6 +393,11 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num):  # vs t
     if (tokens := batch_size * block_size) > train_data.size:  # (a typo? it would fill memory)
         raise InputError(f"--batch_size={batch_size}: a batch of {tokens:,} tokens is more than "
                          f"{data_dir}/train.bin holds ({train_data.size:,}): lower it")
+    per_iter = s['gradient_accumulation_steps'] * tokens
+    epochs = s['max_iters'] * per_iter / train_data.size
+    if epochs > 1 and os.environ.get('RANK', '0') == '0':  # repeating the data overfits it
+        print(f"warning: {s['max_iters']} iterations of {per_iter:,} tokens make {epochs:.1f} "
+              f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens): see README Configs")
     ckpt_path = os.path.join(s['out_dir'], 'ckpt.pt')
     if s['init_from'] != 'resume' and os.path.exists(ckpt_path) and not s['overwrite']:
         raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "

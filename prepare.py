@@ -4,7 +4,7 @@ meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers 
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
 import numpy as np
-from guards import InputError, check_output, replaced
+from guards import InputError, check_output, check_prepared, replaced
 
 dataset = 'topics'  # topics: code, math, dialogue, news, poetry
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, no vocabulary files)
@@ -215,14 +215,7 @@ def main():
         check_output(path, 'data_root')
     with replaced(out_dir) as new:  # stopped or failed, out_dir stays as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
-        size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
-        if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
-            raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
-                             f"it is kept; check the settings, or remove {out_dir} to replace it")
-        if not (held and train):  # (eval.py needs held-out documents)
-            fix = f": raise --block_size={block_size}" if dataset == 'sft' else ''
-            raise InputError(f"no {'training' if held else 'held-out'} documents left for "
-                             f"{out_dir}{fix}")
+        check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
         meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
                     row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
         lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)

@@ -107,8 +107,6 @@ meta = load_meta(data_dir)
 train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
 guards.check_train_data(settings, meta, data_dir, train_data, val_data, iter_num)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
-    if block_size != meta['row'] - 1:
-        print(f"block_size = {meta['row'] - 1}: {data_dir} holds SFT rows of {meta['row']} tokens")
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
 if init_from == 'scratch':
@@ -225,10 +223,6 @@ if master:
     distinct, unrolled = raw_model.num_params()
     print(f"parameters: {distinct / 1e6:.2f}M distinct, {unrolled / 1e6:.2f}M effective "
           f"(tied blocks unrolled {gptconf.loops})")
-    epochs = max_iters * tokens_per_iter / train_data.size
-    if epochs > 1:  # a schedule that repeats the data overfits it: see README Configs
-        print(f"warning: {max_iters} iterations of {tokens_per_iter:,} tokens make {epochs:.1f} "
-              f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens)")
 if eval_only:
     if master:
         estimate_loss()
