@@ -197,7 +197,7 @@ def estimates(names):
     print("| config | params: distinct / unrolled | tokens/step | TFLOP/step | "
           "activations: float32 / bf16 |\n| --- | --- | --- | --- | --- |")
     for name, path in paths.items():
-        s = _run_config(path, {})  # configurator.py's reader: include() as train.py sees it
+        s = guards.run_config(path, {})  # include() as train.py sees it
         keys = {k: v for k, v in s.items() if k in GPTConfig.__dataclass_fields__}
         torch.manual_seed(seed)
         model = GPT(GPTConfig(**keys, vocab_size=50257)).to(device)  # fineweb: GPT-2's vocab

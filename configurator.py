@@ -2,18 +2,13 @@
 # $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
 # A key keeps its type and must lie in the script's _domain, and its _rules must hold.
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
-import ast, builtins, os, sys, traceback
-from difflib import get_close_matches
+import ast, os, sys
 import guards as _guards
-from guards import InputError, typed
 
 sys.excepthook = _guards.excepthook  # bad input: one line, 'error: ...'
 
 def _set(key, val, where=''):  # where: the config file that sets it
-    if key not in _keys:
-        dash = '' if where else '--'
-        hint = ''.join(f"; did you mean {dash}{k}?" for k in get_close_matches(key, _keys, n=1))
-        raise InputError(f"unknown config key {dash}{key}{where}{hint}")
+    _guards.check_known(key, _keys, where)  # (a typo: the closest key)
     old = globals()[key]
     if isinstance(old, bool) and str(val).lower() in ('true', 'false'):
         val = str(val).lower() == 'true'
@@ -21,23 +16,8 @@ def _set(key, val, where=''):  # where: the config file that sets it
         val = float(val)
     elif isinstance(old, tuple) and type(val) in (int, float):
         val = (val,)  # --loops=4: one segment of 4
-    if old is not None and type(val) is not type(old):
-        raise InputError(f"{typed(key, val)}{where}: {key} is of type {type(old).__name__}, "
-                         f"e.g. {typed(key, old)}")
+    _guards.check_type(key, val, old, where)  # (None: any type)
     globals()[key] = val
-
-def _run_config(path, into):  # in a config, include('v5.py') runs one of its folder first
-    text = _guards.read_text_file(path, 'config file', ' (see config/ for the available ones)')
-    include = lambda name: _run_config(os.path.join(os.path.dirname(path), name), into)
-    try:  # (builtins.: train.py has a key `compile`)
-        exec(builtins.compile(text, path, 'exec'), {'include': include}, into)
-        return into
-    except InputError:  # an include()'s
-        raise
-    except Exception as e:  # the config file's own error: name the file and its line
-        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-        line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
-        raise InputError(f"config file '{path}', line {line}: {type(e).__name__}: {e}") from None
 
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
 _keys = {k: v for k, v in globals().items() if k.islower() and k[0] != '_' and type(v) in _simple}
@@ -59,7 +39,7 @@ for _arg in sys.argv[1:]:
         _said = _said if len(_said) <= 100 else f"{_said[:80]}... ({len(_said):,} characters)"
         _said = f"Overriding: {_key} = {_said}"
     else:  # a config file (it may set nothing)
-        for _key, _val in _run_config(_arg, {}).items():
+        for _key, _val in _guards.run_config(_arg, {}).items():  # include('v5.py') in one: runs it
             if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
                 _set(_key, _val, f" (in {_arg})")
         _said = f"Overriding config with {_arg}"

@@ -40,6 +40,30 @@ def check_arg(arg):  # configurator.py: one argument, before it is read
         raise InputError(f"'{arg}' is neither --key=value nor a config file: write "
                          f"--{arg.lstrip('-')}")
 
+def check_known(key, keys, where=''):  # configurator.py: a key the script has (where: a config)
+    if key not in keys:
+        dash = '' if where else '--'
+        hint = ''.join(f"; did you mean {dash}{k}?" for k in get_close_matches(key, keys, n=1))
+        raise InputError(f"unknown config key {dash}{key}{where}{hint}")
+
+def check_type(key, value, old, where=''):  # configurator.py: a key keeps its default's type
+    if old is not None and type(value) is not type(old):
+        raise InputError(f"{typed(key, value)}{where}: {key} is of type {type(old).__name__}, "
+                         f"e.g. {typed(key, old)}")
+
+def run_config(path, into):  # configurator.py: a config file's settings; include('v5.py') in it
+    text = read_text_file(path, 'config file', ' (see config/ for the available ones)')
+    include = lambda name: run_config(os.path.join(os.path.dirname(path), name), into)
+    try:
+        exec(compile(text, path, 'exec'), {'include': include}, into)
+        return into
+    except InputError:  # an include()'s
+        raise
+    except Exception as e:  # the config file's own error: name the file and its line
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
+        line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
+        raise InputError(f"config file '{path}', line {line}: {type(e).__name__}: {e}") from None
+
 def holds(rule, values):
     try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
         return eval(rule, dict(values))
