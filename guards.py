@@ -238,6 +238,15 @@ def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user
     except UnicodeDecodeError as e:
         raise InputError(f"{what} {path} is not UTF-8 text ({e}): save it as UTF-8") from None
 
+def read_prompt(start):  # sample.py's --start: the text, or FILE:path's (~ and $VAR expanded)
+    if start.startswith('FILE:'):
+        path = os.path.expanduser(os.path.expandvars(start[5:]))  # (bash leaves ~ after '=')
+        start = read_text_file(path, 'prompt file', ' (--start=FILE:path reads path)')
+    if not start:
+        raise InputError("the prompt is empty: give some text, e.g. --start='\\n' "
+                         "or --start=FILE:prompt.txt")
+    return start
+
 @contextmanager
 def replaced(path):  # -> a folder to build in; done, it replaces path whole; else path stays
     new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))

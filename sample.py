@@ -34,12 +34,7 @@ exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator
 # -----------------------------------------------------------------------------
 
 device = guards.get_device(device)
-if start.startswith('FILE:'):
-    path = os.path.expanduser(os.path.expandvars(start[5:]))  # (bash leaves ~ after '=')
-    start = guards.read_text_file(path, 'prompt file', ' (--start=FILE:path reads path)')
-if not start:
-    raise guards.InputError("the prompt is empty: give some text, e.g. --start='\\n' "
-                            "or --start=FILE:prompt.txt")
+start = guards.read_prompt(start)  # the text, or with FILE:path the file's
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
 def paint(text, depth, max_depth):
