@@ -191,8 +191,9 @@ def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key
     return model.to(device), ckpt
 
 def lacks_exits(c):  # -> '' where a model has post-hoc exits (model.exit_kinds), or what it lacks
-    lacks = '' if c.loops else "no tied loop"
-    return "an ACT gate that picks each token's depth" if c.act else lacks
+    from model import exit_kinds
+    lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
+    return '' if exit_kinds(c) else lacks
 
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, text = s.partition(':')
