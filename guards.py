@@ -203,8 +203,8 @@ def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a con
     if not (0 <= t <= 1 or kind == 'resid' and t >= 0):  # (maxprob:1.5 would never exit)
         raise InputError(f"--exit_at={s}: write maxprob:T (0 <= T <= 1) or resid:T (T >= 0), "
                          "e.g. --exit_at=maxprob:0.9")
-    if config and lacks_exits(config):
-        raise InputError(f"--exit_at={s}: the model has {lacks_exits(config)}; drop --exit_at")
+    if config and (lacks := lacks_exits(config)):
+        raise InputError(f"--exit_at={s}: the model has {lacks}; drop --exit_at")
     return kind, t
 
 def check_output(path, key):  # before any work: can path be written? (missing folders: fine)
@@ -358,9 +358,9 @@ def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_k
     if suffix_start >= T:
         raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
-    if (exit_kind or thresholds) and lacks_exits(c):
+    if (exit_kind or thresholds) and (lacks := lacks_exits(c)):
         given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
-        raise InputError(f"{given}: the model in {out_dir} has {lacks_exits(c)}; drop it")
+        raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
     from prepare import dataset_folder, split_folder
     data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
