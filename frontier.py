@@ -32,7 +32,8 @@ import torch.nn.functional as F
 import eval as ev
 from model import exit_kinds
 from prepare import sft_targets
-from guards import InputError, check_output, load_checkpoint, load_meta, load_tokens, saving
+from guards import (InputError, check_output, load_checkpoint, load_meta, load_tokens, saving,
+                    ran_on)
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # train.py, config/: run from any folder
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
@@ -71,7 +72,7 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
 STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
          'exit-0.1', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
 TUNE = {'w': 'warmup_iters', 'c': 'grad_clip', 'lr': 'learning_rate', 'a': 'alpha_init',
-        'b': 'beta2'}
+        'b': 'beta2', 'n': 'grad_noise'}
 
 def tuned(name):  # 'multi+w100+c0.25' -> (multi's args + --warmup_iters=100 --grad_clip=0.25, None)
     base, *knobs = name.split('+')
@@ -257,7 +258,8 @@ def measure(name, seed):
     T = model.config.block_size
     rows = ev.val_rows(load_tokens(TOPICS, 'val'), T, eval_iters * batch_size, seed=1337)
     docs, _, x, real, _ = ev.doc_rows(TOPICS, T, max_docs=200)
-    out = dict(model=name, seed=seed, alphas=model.alphas(),
+    out = dict(model=name, seed=seed, ran_on=ran_on(torch.get_num_threads()),
+               alphas=model.alphas(),
                train_flops=train_flops(model.config, T), val=measure_val(model, rows),
                docs=measure_docs(model, x, real, [d['topic'] for d in docs]))
     if name in SFT_MODELS:

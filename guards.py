@@ -464,6 +464,18 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
     atexit.register(unlock)
     return f
 
+def ran_on(threads):  # -> where a run ran: commit ('+' if the tree differs from it), torch, CPU
+    import platform, subprocess, torch
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = lambda *a: subprocess.run(['git', '-C', here, *a], capture_output=True, text=True).stdout
+    commit = git('rev-parse', '--short', 'HEAD').strip() or 'unknown'
+    dirty = '+' if git('status', '--porcelain', '--untracked-files=no').strip() else ''
+    cpu = platform.processor() or platform.machine()
+    with suppress(OSError):
+        cpu = next(line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo')
+                   if line.startswith('model name'))
+    return dict(commit=commit + dirty, torch=torch.__version__, cpu=cpu, threads=threads)
+
 class Progress:  # a long loop says how far it is, every 5 s: progress(text) at each turn
     def __init__(self):
         self.t0 = time.time()

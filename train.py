@@ -45,6 +45,8 @@ halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
 gate_detached = (0, 0)  # (a, b): at steps a <= iter < b the exit gate reads detached states
+grad_noise = 0.0  # r: in the first noise_iters steps, each language-model tensor's gradient gets
+noise_iters = 100  # fresh Gaussian noise of norm r times its own norm (RESULTS: the plain recipe)
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
@@ -72,6 +74,7 @@ overwrite = False  # True: a run from scratch may replace the checkpoint in out_
 _domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
            'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
            'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
+           'grad_noise noise_iters': 'x >= 0',
            'learning_rate': 'x > 0', 'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
            'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
            'dtype': guards.DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
@@ -82,7 +85,8 @@ _rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',
                   # no silent no-op: a key set (changed from its default) only acts with another
                   'not phantom or phantom_steps <= min(loops)',
                   "phantom or 'phantom_steps' not in changed",
-                  "act or 'halt_penalty' not in changed", "exit_gate or 'exit_beta' not in changed"]
+                  "act or 'halt_penalty' not in changed", "exit_gate or 'exit_beta' not in changed",
+                  "grad_noise or 'noise_iters' not in changed"]
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
@@ -189,6 +193,13 @@ def step_seed(*stream):
     low 32 bits: with (seed << 32) + iter_num, every seed drew the same batches."""
     return int(np.random.SeedSequence([seed, iter_num, *stream]).generate_state(1)[0])
 
+def add_noise(params, r, g):
+    """Each gradient g_p += noise of norm r |g_p|, in a fresh random direction."""
+    for p in params:
+        if p.grad is not None:
+            noise = torch.randn(p.shape, generator=g).to(p.grad)
+            p.grad += noise * (r * p.grad.norm() / noise.norm())
+
 def get_lr(it):  # linear warmup, then cosine decay to min_lr
     if it < warmup_iters:
         return learning_rate * (it + 1) / (warmup_iters + 1)
@@ -230,6 +241,8 @@ if eval_only:
 stop = guards.Stop(ckpt_path, master)  # Ctrl-C: finish the step, save, exit
 # -----------------------------------------------------------------------------
 if master:
+    where = guards.ran_on(torch.get_num_threads())  # every run's log says where it ran
+    print("ran on: " + ", ".join(f"{k} {v}" for k, v in where.items()))
     print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
           f"{max_iters} on {device}; {precision}")
 last_loss, t0 = None, time.time()
@@ -259,6 +272,8 @@ while iter_num < max_iters:
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
     guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, settings)
+    if grad_noise and iter_num < noise_iters:  # alike on all ranks: the gradients are synced
+        add_noise(clip_groups[0], grad_noise, torch.Generator().manual_seed(step_seed(2)))
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
         # gate) must not scale down the language model's whole step
         for group in clip_groups:

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Issue 48's campaign: plain gradient noise (train.py grad_noise) against the gate recipe and multi,
+# all at the tuned settings (d=64, 750 steps), trained at one commit on one machine.
+# Run from a checkout's root with data/topics_byte and data/sft_byte prepared:
+# $ bash results/noise/campaign.sh   (about 30 runs at 2 jobs of one thread: 2-3 hours on 2 cores)
+set -euo pipefail
+T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
+run() { python frontier.py --results=results/noise --runs=runs-noise --jobs=2 "$@"; }
+# 1. a seed-1 screen of r, beside multi and the gate recipe
+run --seeds="(1,)" --models=multi+$T,exit-10-early+$T,multi+$T+n0.5,multi+$T+n1,multi+$T+n2,multi+$T+n4
+# the best r: the lowest val NLL at k=12 at seed 1
+R=$(python -c "
+import json
+nll = {r: next(p['nll'] for p in json.load(open(f'results/noise/runs/multi+$T+n{r}-s1.json'))['val']['fixed'] if p['t'] == 12) for r in ('0.5', '1', '2', '4')}
+print(min(nll, key=nll.get))")
+echo "best r at seed 1: $R"
+# 2. the best r at 5 seeds beside multi and the gate recipe, on the same batches
+run --seeds="(1,2,3,4,5)" --models=multi+$T,exit-10-early+$T,multi+$T+n$R
+# 3. is it a looped-model effect? single and the plain transformer, with and without the noise
+run --seeds="(1,2,3)" --models=single+$T,single+$T+n$R,plain+$T,plain+$T+n$R
