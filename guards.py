@@ -467,7 +467,8 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
 def ran_on(threads):  # -> where a run ran: commit ('+' if the tree differs from it), torch, CPU
     import platform, subprocess, torch
     here = os.path.dirname(os.path.abspath(__file__))
-    git = lambda *a: subprocess.run(['git', '-C', here, *a], capture_output=True, text=True).stdout
+    git = lambda *a: subprocess.Popen(['git', '-C', here, *a], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True).communicate()[0]
     commit = git('rev-parse', '--short', 'HEAD').strip() or 'unknown'
     dirty = '+' if git('status', '--porcelain', '--untracked-files=no').strip() else ''
     cpu = platform.processor() or platform.machine()
