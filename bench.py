@@ -23,6 +23,7 @@ import time
 import shlex
 import torch
 from model import GPTConfig, GPT, Block
+from decode import generate
 import guards
 from guards import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
 from prepare import get_tokenizer
@@ -56,7 +57,9 @@ _domain = {'batch_size block_size n_embd n_head k repeats': 'x >= 1', 'gen_token
            'phantom_ks gen_loops dtype_widths': 'all(type(k) is int and k >= 1 for k in x)',
            'init_from': 'paths', 'prompt': "x != ''", 'dtype': guards.DTYPES,
            'exit_at estimate device compile seed': 'any'}  # (x: the key's value)
-_rules = ['all(w % n_head == 0 for w in dtype_widths)', 'n_embd % n_head == 0']
+_rules = [('all(w % n_head == 0 for w in dtype_widths)',
+           "each of dtype_widths must be a multiple of n_head"),
+          ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them")]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = get_device(device)
@@ -157,8 +160,8 @@ def gen_speeds(settings):
                 counts[i], hooks = count_blocks(model) if r == 0 else (counts[i], [])
                 sync()
                 t0 = time.perf_counter()
-                _, depth = model.generate(start, gen_tokens, top_k=1, exit=exit,
-                                          kv_cache=kv_cache, return_depth=True)
+                _, depth = generate(model, start, gen_tokens, top_k=1, exit=exit,
+                                    kv_cache=kv_cache)
                 sync()
                 speeds[i].append(gen_tokens / (time.perf_counter() - t0))
                 depths[i] = depth[:, 1:].float().mean().item()

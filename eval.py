@@ -33,7 +33,8 @@ _domain = {'batch_size eval_iters max_docs': 'x >= 1', 'suffix_start': 'x >= 0',
            "exit_kind": "x in ('', 'maxprob', 'resid')", 'seed': '0 <= x < 2**64',
            'out_dir': 'paths', 'html': 'new file', 'dataset': 'name', 'dtype': guards.DTYPES,
            'device': 'any'}  # each key's values (x: its value), checked by configurator.py
-_rules = ["exit_kind == 'resid' or all(t <= 1 for t in thresholds)"]  # maxprob: a probability
+_rules = [("exit_kind == 'resid' or all(t <= 1 for t in thresholds)",
+           "a maxprob threshold is a probability: give --thresholds at most 1")]
 # -----------------------------------------------------------------------------
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 

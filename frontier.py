@@ -23,6 +23,7 @@ import json
 import math
 import html
 import string
+import itertools
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
@@ -504,12 +505,13 @@ def sft(runs, names):
 def findings(runs):  # -> the findings page (markdown): every table, from the measured runs
     have = lambda names: [n for n in names if runs.get(n)]
     seeds = sorted({s for per in runs.values() for s in per})
-    parts = [f"# The seeded findings\n\nWritten by `python frontier.py --results={results}` from "
-             f"`{results}/runs/*.json`, seeds {', '.join(map(str, seeds))}. A cell is the mean ± "
-             "the standard error over the seeds; a difference is a **finding** when its mean "
-             "exceeds t(0.975, n-1) standard errors over its n seeds (4.30 at 3, 2.78 at 5; "
-             "paired by seed), else *not established*, and 2 seeds give no verdict; (+x SE) is "
-             "the mean over its standard error.\n"]
+    parts = [f"# The seeded findings\n\n{hand_note()}Written by `python frontier.py "
+             f"--results={results}` from `{results}/runs/*.json`, seeds "
+             f"{', '.join(map(str, seeds))}. A cell is the mean ± the standard error over the "
+             "seeds; a difference is a **finding** when its mean exceeds t(0.975, n-1) "
+             "standard errors over its n seeds (4.30 at 3, 2.78 at 5; paired by seed), else "
+             "*not established*, and 2 seeds give no verdict; (+x SE) is the mean over its "
+             "standard error. " + where_ran(runs) + "\n"]
     if runs.get('single'):
         parts += [tradeoff(runs, have(FIXED_MODELS)), exits(runs, have(FIXED_MODELS))]
     if have(PT_MODELS):
@@ -525,6 +527,23 @@ def findings(runs):  # -> the findings page (markdown): every table, from the me
         if runs.get('multi' + suffix) and runs.get('exit-10' + suffix):
             parts += [depth_signals(runs, suffix), exits(runs, have(schedule(suffix)))]
     return '\n'.join(parts)
+
+def hand_note():
+    """The page's note written by hand (a '> ' block under its title), kept by every rewrite."""
+    path = os.path.join(results, 'findings.md')
+    lines = open(path).read().split('\n')[2:] if os.path.exists(path) else []
+    note = list(itertools.takewhile(lambda line: line.startswith('>'), lines))
+    return '\n'.join(note) + '\n\n' if note else ''
+
+def where_ran(runs):  # -> a sentence: the commits and machines the runs record (ran_on)
+    where = [r.get('ran_on') for per in runs.values() for r in per.values()]
+    places = sorted({f"{w['commit']} (torch {w['torch']}, {w['cpu']})" for w in where if w})
+    unknown = sum(w is None for w in where)
+    said = (f"{unknown} of {len(where)} runs were made before runs recorded where they ran, so "
+            "a cell may mix commits and machines. " if unknown else '')
+    if places:
+        said += f"Runs made at: {'; '.join(places)}."
+    return said.strip()
 
 def tuning(runs):
     """Each tuned arm beside its model at the configs' settings; each arm minus its model; each

@@ -11,6 +11,42 @@ EOT = {'byte': 256, 'gpt2': 50256}  # prepare.py's tokenizers: their EOT ids (vo
 PATHS = ('path', 'paths', 'new file', 'new folder', 'name')  # the domains that are not a rule on x
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
+# the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
+# them in words; train.py checks them before GPTConfig checks its own
+MODEL_KEYS = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
+              'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
+              'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
+              'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
+MODEL_RULES = [
+    ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them"),
+    ('all(d <= sum(loops) for d in supervise)',
+     "a supervised depth is past the last iteration (the sum of loops): lower --supervise or "
+     "raise --loops"),
+    ('list(supervise) == sorted(set(supervise))',
+     "supervise lists each depth once, in increasing order, e.g. --supervise=(1,2,4)"),
+    ('not (act and phantom)', "act picks each token's depth, phantom a fixed one: drop one"),
+    ('not (act and supervise)', "act picks each token's depth: drop --supervise with --act"),
+    ('not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)',
+     "exit_gate needs one tied segment and a supervised depth before its last, e.g. "
+     "--loops=(12,) --supervise=(1,2,4,8)")]
+
+TRAIN_RULES = [
+    ('not decay_lr or lr_decay_iters > warmup_iters',
+     "the learning rate decays after its warmup: raise --lr_decay_iters past --warmup_iters"),
+    ('not decay_lr or min_lr <= learning_rate',
+     "min_lr is where the learning rate decays to: give a --min_lr below --learning_rate"),
+    ('exit_gate or gate_detached[0] >= gate_detached[1]',
+     "gate_detached does nothing without exit_gate: add --exit_gate=True, or drop it"),
+    ('not phantom or phantom_steps <= min(loops)',
+     "phantom backprops through the last phantom_steps of each segment: give at most the "
+     "fewest --loops"),
+    # a key set (changed from its default) that acts only with another says so
+    *[(f"{on} or '{key}' not in changed", f"does nothing without {on}: add --{on}=True, or drop "
+       f"--{key}") for on, key in (('phantom', 'phantom_steps'), ('act', 'halt_penalty'),
+                                   ('exit_gate', 'exit_beta'))],
+    ("grad_noise or 'noise_iters' not in changed",
+     "does nothing without grad_noise: give --grad_noise=r, or drop --noise_iters")]
+
 class InputError(ValueError):
     """Bad input, raised on purpose. Any other exception is a bug, and keeps its traceback."""
 
@@ -70,18 +106,15 @@ def holds(rule, values):
     except Exception:
         return False
 
-def check_rules(rules, values, example):  # bad input: the first rule values break, e.g. defaults
+def check_rules(rules, values, example):  # bad input: the first rule that values break, in words
     values = {**values, 'changed': {k for k in example if values[k] != example[k]}}
-    for rule in rules:  # (changed: the keys set to other than their defaults)
+    for rule, words in rules:  # (changed: the keys set to other than their defaults)
         if not holds(rule, values):
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in example]
-            shown = {k: example[k] for k in keys if example[k] not in ('', None)}
-            valid = ' '.join(typed(k, v) for k, v in shown.items())
-            fits = valid and holds(rule, {**values, **shown})  # (no example that breaks it)
             idle = re.fullmatch(r"(\w+) or '(\w+)' not in changed", rule)  # acts only with another
-            said = (f"{typed(idle[2], values[idle[2]])} does nothing without {idle[1]}" if idle
-                    else ' '.join(typed(k, values[k]) for k in keys))
-            raise InputError(f"{said}: need {rule}" + (f", e.g. {valid}" if fits else ''))
+            said = typed(idle[2], values[idle[2]]) if idle else ' '.join(
+                typed(k, values[k]) for k in keys)
+            raise InputError(f"{said}{' ' if idle else ': '}{words}")
 
 def domains(table):  # {'a b': 'x >= 1'} -> {'a': 'x >= 1', 'b': 'x >= 1'}
     return {key: domain for keys, domain in table.items() for key in keys.split()}
@@ -133,6 +166,8 @@ def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input tha
 def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else cpu), checked
     import torch
     device = device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    if device == 'cuda' and 'LOCAL_RANK' in os.environ:  # torchrun: each rank its own GPU, so
+        device = f"cuda:{os.environ['LOCAL_RANK']}"  # that no rank opens a context on GPU 0
     try:
         torch.empty(1, device=device)
     except Exception:
@@ -471,7 +506,7 @@ def ran_on(threads):  # -> where a run ran: commit ('+' if the tree differs from
                                       stderr=subprocess.DEVNULL, text=True).communicate()[0]
     commit = git('rev-parse', '--short', 'HEAD').strip() or 'unknown'
     dirty = '+' if git('status', '--porcelain', '--untracked-files=no').strip() else ''
-    cpu = platform.processor() or platform.machine()
+    cpu = platform.machine()  # (platform.processor() runs a command: /proc/cpuinfo names it)
     with suppress(OSError):
         cpu = next(line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo')
                    if line.startswith('model name'))

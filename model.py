@@ -1,7 +1,9 @@
 """
 A tied-depth ("looped") GPT, each tied segment (Loop) one block run k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Read GPT.forward first, then Loop, Exit and ACT, GPT.objective, generate and KVCache.
+In reading order: the config, the blocks, the tied loop (alpha, phantom, per-token depth), the
+post-hoc exits and ACT, then the GPT: GPT.forward, GPT.objective (multi-depth supervision), the
+readout and a plain generate. Fast decoding (the KV cache, sampling extras) is in decode.py.
 """
 import math
 from dataclasses import dataclass
@@ -31,27 +33,30 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self):  # the model's own invariants (train.py checks each --key first)
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
-        fields = vars(self).copy()
-        for keys, rule in [*DOMAIN.items(), *((None, rule) for rule in RULES)]:
-            for key in keys.split() if keys else [None]:  # (a domain: x is the field's value)
-                if rule != 'any' and not eval(rule, {**fields, 'x': fields.get(key)}):
-                    shown = ', '.join(f'{k}={v!r}' for k, v in fields.items()
-                                      if k == key or not key and k in rule)
-                    need = rule.replace('x', key) if key else rule
-                    raise ValueError(f"GPTConfig({shown}): need {need}")
-
-# each field's valid values (x: its value), then the rules across fields (train.py checks
-# them first, naming its --keys)
-DOMAIN = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
-          'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
-          'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
-          'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
-RULES = ['n_embd % n_head == 0', 'all(d <= sum(loops) for d in supervise)',
-         'list(supervise) == sorted(set(supervise))',
-         'not (act and phantom)', 'not (act and supervise)',
-         'not exit_gate or len(loops) == 1 and any(d < sum(loops) for d in supervise)']
+        depth = sum(self.loops)
+        for ok, why in [
+            (min(self.block_size, self.vocab_size, self.n_embd, self.n_head) >= 1,
+             "block_size, vocab_size, n_embd and n_head must be at least 1"),
+            (self.n_embd % max(self.n_head, 1) == 0, "n_embd must be a multiple of n_head"),
+            (all(type(k) is int and k >= 1 for k in self.loops + self.supervise),
+             "loops and supervise hold whole numbers of iterations, each at least 1"),
+            (min(self.n_prelude, self.n_coda) >= 0, "n_prelude and n_coda cannot be negative"),
+            (0 < self.alpha_init < 1, "alpha_init is a sigmoid's value: between 0 and 1"),
+            (self.phantom_steps >= 1, "phantom_steps must be at least 1"),
+            (list(self.supervise) == sorted(set(self.supervise)),
+             "supervise lists each depth once, in increasing order"),
+            (all(d <= depth for d in self.supervise),
+             f"supervise names a depth past the last iteration ({depth})"),
+            (not (self.act and (self.phantom or self.supervise)),
+             "act picks each token's depth: it takes neither phantom nor supervise"),
+            (not self.exit_gate or len(self.loops) == 1 and any(d < depth for d in self.supervise),
+             "exit_gate needs one tied segment and a supervised depth before its last"),
+            (0 <= self.dropout < 1 and min(self.halt_penalty, self.exit_beta) >= 0,
+             "dropout is in [0, 1); halt_penalty and exit_beta are at least 0")]:
+            if not ok:
+                raise ValueError(f"GPTConfig: {why}")
 
 class Attention(nn.Module):
     def __init__(self, c):
@@ -164,6 +169,8 @@ class Loop(nn.Module):
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
                 break
+            if cache is not None:  # what a stopped token leaves in the cache: decode.KVCache
+                cache.stopped = ~running
             z_new = self.step(z, i, cache, segment)
             r = residual(z_new, z)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
@@ -171,6 +178,8 @@ class Loop(nn.Module):
             resid = torch.where(running, r, resid)
             running = running & ~rule(i, z, r, running)
             states.append(z)
+        if cache is not None:
+            cache.stopped = None
         return rule.output(z), Run(depth, rule.ponder, resid, states)
 
 class Exit:
@@ -387,75 +396,15 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == 'cuda')
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                 repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True,
-                 return_depth=False):
-        """Sample max_new_tokens tokens after idx (B, T); return_depth: also each one's depth.
-        With exits, re-encoding (no cache) runs a stopped token's skipped steps on its frozen
-        state, so it may differ from the cache; at a fixed depth never."""
-        block_size, cache, depths = self.config.block_size, None, []
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, n_loops=None):
+        """Sample max_new_tokens tokens after idx (B, T), as nanoGPT's (decode.py: cached)."""
         for _ in range(max_new_tokens):
-            if cache is not None and idx.size(1) <= block_size:
-                chunk = idx[:, -1:]  # only the new token: the others' keys and values are cached
-            else:  # the first step, no cache, or past block_size (learned positions: keys can't
-                # slide): (re-)encode the last block_size tokens
-                cache = KVCache(block_size) if kv_cache else None
-                chunk = idx[:, -block_size:]
-            logits, _, info = self(chunk, n_loops=n_loops, exit=exit, cache=cache)
-            logits = logits[:, -1, :].float()
-            probs = sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty)
+            idx_cond = idx[:, -self.config.block_size:]
+            logits, _, _ = self(idx_cond, n_loops=n_loops)
+            logits = logits[:, -1, :] / temperature
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float('Inf')
+            probs = F.softmax(logits, dim=-1)
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
-            depths.append(info['depth'][:, -1])
-        return (idx, torch.stack(depths, 1)) if return_depth else idx
-
-def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
-    """The next token's distribution from the last logits (B, vocab); idx: the context so far."""
-    if repetition_penalty != 1.0:  # CTRL-style: make the tokens already in the context less likely
-        seen = torch.gather(logits, 1, idx)
-        seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
-        logits.scatter_(1, idx, seen)
-    logits = logits / max(temperature, 1e-8)
-    if top_k is not None:
-        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
-        logits[logits < kth] = -float('inf')
-    if top_p is not None and top_p < 1.0:  # nucleus: the smallest set with probability >= top_p
-        sorted_logits, order = torch.sort(logits, descending=True)
-        probs = sorted_logits.softmax(-1)
-        drop = probs.cumsum(-1) - probs >= top_p
-        logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
-    return F.softmax(logits, dim=-1)
-
-class KVCache:
-    """Keys and values for generation, preallocated as in gpt-fast. Every block APPLICATION has a
-    slot of its own (a tied block run k times has k), named by where it runs:
-        ('prelude', j)              prelude block j
-        (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
-        ('coda', j)                 coda block j, in the model's own readout
-        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration"""
-    def __init__(self, block_size):
-        self.block_size = block_size
-        self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
-        self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
-
-    def update(self, slot, k, v):
-        if slot not in self.kv:
-            shape = (*k.shape[:2], self.block_size, k.size(3))
-            self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
-        keys, values = self.kv[slot]
-        end = self.pos + k.size(2)
-        keys[:, :, self.pos:end] = k
-        values[:, :, self.pos:end] = v
-        return keys[:, :, :end], values[:, :, :end]
-
-    def skip(self, segment, i, k, T):
-        """A chunk that stopped after i iterations skips i..k-1: a later token attending there
-        reads what it had at i - 1, so each slot of i - 1 is copied to every skipped one."""
-        now = slice(self.pos, self.pos + T)
-        last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
-        for slot in last_run:
-            for j in range(i, k):
-                skipped = (segment, j) + slot[2:]
-                if skipped not in self.kv:
-                    self.kv[skipped] = tuple(torch.empty_like(t) for t in self.kv[slot])
-                for last, copy in zip(self.kv[slot], self.kv[skipped]):  # keys, then values
-                    copy[:, :, now] = last[:, :, now]
+        return idx

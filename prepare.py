@@ -20,7 +20,8 @@ _domain = {'dataset': "x in ('topics', 'shakespeare', 'fineweb', 'sft')",
            'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
            'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))",
            'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'}
-_rules = ["dataset != 'fineweb' or tokenizer == 'gpt2'"]  # (its shards are GPT-2 tokens)
+_rules = [("dataset != 'fineweb' or tokenizer == 'gpt2'",
+           "fineweb's shards are GPT-2 tokens: use --tokenizer=gpt2")]
 
 HOST = 'raw.githubusercontent.com'
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'

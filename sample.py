@@ -7,6 +7,7 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft  # side by side: same pr
 import os, sys, time
 import torch
 from prepare import get_tokenizer, pieces
+from decode import generate
 import guards
 
 out_dir = 'out'  # or several: out-a,out-b
@@ -67,10 +68,9 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
     with torch.no_grad(), ctx:
         for _ in range(num_samples):
             t0 = time.perf_counter()
-            y, depth = model.generate(x, max_new_tokens, temperature=temperature,
-                                      top_k=top_k or None, top_p=top_p,
-                                      repetition_penalty=repetition_penalty, n_loops=n_loops,
-                                      exit=exit, return_depth=True)
+            y, depth = generate(model, x, max_new_tokens, temperature=temperature,
+                                top_k=top_k or None, top_p=top_p,
+                                repetition_penalty=repetition_penalty, n_loops=n_loops, exit=exit)
             new = y[0, x.size(1):].tolist()  # (.tolist() waits for the GPU: the clock is honest)
             speed = f"{len(new)} tokens, {len(new) / (time.perf_counter() - t0):.1f} tok/s"
             if exit or model.config.act:  # each token its own depth: what it spent, of the most

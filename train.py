@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, DOMAIN, RULES
+from model import GPTConfig, GPT
 from prepare import sft_targets, token_rows
 import guards
 from guards import autocast_dtype, load_meta, load_tokens
@@ -70,8 +70,8 @@ dtype = ''    # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instruction
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
-# each key's valid values (x: its value; the model's: model.DOMAIN), then the rules across keys
-_domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
+# each key's valid values (x: its value; the model's: guards.MODEL_KEYS), the rules across keys
+_domain = {**guards.MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
            'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
            'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
            'grad_noise noise_iters': 'x >= 0',
@@ -79,14 +79,7 @@ _domain = {**DOMAIN, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'n
            'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
            'dtype': guards.DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
            'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'}
-_rules = RULES + ['not decay_lr or lr_decay_iters > warmup_iters',
-                  'not decay_lr or min_lr <= learning_rate',
-                  'exit_gate or gate_detached[0] >= gate_detached[1]',
-                  # no silent no-op: a key set (changed from its default) only acts with another
-                  'not phantom or phantom_steps <= min(loops)',
-                  "phantom or 'phantom_steps' not in changed",
-                  "act or 'halt_penalty' not in changed", "exit_gate or 'exit_beta' not in changed",
-                  "grad_noise or 'noise_iters' not in changed"]
+_rules = guards.MODEL_RULES + guards.TRAIN_RULES
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]

@@ -236,7 +236,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_grad_accum_0': (('train.py', '--gradient_accumulation_steps=0'), ['gradient_accumulation_steps >= 1']),
     'train_dropout_1.5': (('train.py', '--dropout=1.5'), ['dropout=1.5', '0 <= dropout < 1']),
     'train_out_dir_empty': (('train.py', '--out_dir='), ["out_dir=''", "out_dir != ''"]),
-    'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['lr_decay_iters > warmup_iters']),
+    'train_lr_decay': (('train.py', '--lr_decay_iters=10', '--warmup_iters=10'), ['raise --lr_decay_iters past --warmup_iters']),
     'train_dataset_empty': (('train.py', '--dataset='), ["dataset=''", "dataset != ''"]),
     'train_init_from_empty': (('train.py', '--init_from='), ["init_from=''", "init_from != ''"]),
     'bench_prompt_empty': (('bench.py', '--prompt='), ["prompt=''", "prompt != ''"]),

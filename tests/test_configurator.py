@@ -87,10 +87,10 @@ def test_an_exit_at_the_edges_is_accepted():  # (resid:0 never exits: a run at t
 
 
 @pytest.mark.parametrize('kw,message', [
-    (dict(act=True, phantom=True), 'GPTConfig(phantom=True, act=True): need not (act and phantom)'),
-    (dict(n_embd=30, n_head=4), 'GPTConfig(n_embd=30, n_head=4): need n_embd % n_head == 0'),
-    (dict(loops=(2,), supervise=(3,)), 'need all(d <= sum(loops) for d in supervise)'),
-    (dict(alpha_init=1.0), 'GPTConfig(alpha_init=1.0): need 0 < alpha_init < 1')])
+    (dict(act=True, phantom=True), "GPTConfig: act picks each token's depth: it takes neither"),
+    (dict(n_embd=30, n_head=4), 'GPTConfig: n_embd must be a multiple of n_head'),
+    (dict(loops=(2,), supervise=(3,)), 'GPTConfig: supervise names a depth past the last iteration (2)'),
+    (dict(alpha_init=1.0), "GPTConfig: alpha_init is a sigmoid's value: between 0 and 1")])
 def test_gpt_config_checks_its_rules_for_a_library_user(kw, message):
     """model.py as a library, without configurator.py: ACT used to ignore phantom without a word."""
     with pytest.raises(ValueError) as e:

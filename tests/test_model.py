@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, ExitGate, KVCache, Run, residual
+from model import GPT, GPTConfig, ExitGate, Run, residual
+from decode import KVCache, generate as cached_generate
 from guards import autocast_dtype, load_checkpoint
 
 V = 50  # vocab size of every test model
@@ -712,19 +713,19 @@ def test_exit_model_cached_decoding_matches_re_encoding():
     with torch.no_grad():
         m.exit_gate.gate.weight.normal_(0, 3.0)  # tokens that stop at different depths
     idx = batch(1, 5)[0]
-    a = m.generate(idx, 10, top_k=1, kv_cache=True)
-    b = m.generate(idx, 10, top_k=1, kv_cache=False)
+    a = cached_generate(m, idx, 10, top_k=1, kv_cache=True)[0]
+    b = cached_generate(m, idx, 10, top_k=1, kv_cache=False)[0]
     assert torch.equal(a, b)  # at the fixed (trained) depth: the same computation
 
 
 # ---------------------------------------------------------------- 11. config validation
 
 def first_broken_rule(**kw):
-    """What GPTConfig says of the first of its DOMAIN and RULES that a config breaks (train.py: the same)."""
+    """What GPTConfig says of the first of its checks that a config breaks, in words."""
     try:
         GPTConfig(**kw)
     except ValueError as e:
-        return str(e).partition(': need ')[2]
+        return str(e).partition('GPTConfig: ')[2]
 
 
 @pytest.mark.parametrize("kw,field", [
@@ -773,8 +774,8 @@ def test_generate_kv_cache_matches_no_cache(kind):
     m.eval()
     n_loops = 7 if kind == "n_loops" else None
     idx = batch(2, 5)[0]
-    a, da = m.generate(idx, 8, top_k=1, n_loops=n_loops, kv_cache=True, return_depth=True)
-    b, db = m.generate(idx, 8, top_k=1, n_loops=n_loops, kv_cache=False, return_depth=True)
+    a, da = cached_generate(m, idx, 8, top_k=1, n_loops=n_loops, kv_cache=True)
+    b, db = cached_generate(m, idx, 8, top_k=1, n_loops=n_loops, kv_cache=False)
     assert a.shape == (2, 13) and torch.equal(a[:, :5], idx)
     assert torch.equal(a, b) and torch.equal(da, db)
     assert torch.equal(a, greedy_by_hand(m, idx, 8, n_loops=n_loops))
@@ -798,7 +799,7 @@ def test_cached_exit_skips_the_remaining_iterations(kind):
     k = m.config.loops[0]
     calls = count_calls(m.segments[0].block)
     idx = batch(1, 5)[0]
-    out, depth = m.generate(idx, 12, top_k=1, exit=exit, return_depth=True)
+    out, depth = cached_generate(m, idx, 12, top_k=1, exit=exit)
     n_prompt = next(i for i, t in enumerate(calls) if t != 5)  # the prompt: one chunk, until all its tokens stop
     assert 1 <= n_prompt <= k
     steps = calls[n_prompt:]
@@ -818,7 +819,7 @@ def test_one_token_decode_matches_the_batched_protocol(kind):
     exit = None if kind == "act" else (kind, t)
     idx = batch(1, 12)[0]
     if kind != "resid":  # the model's own continuation: varied depths
-        idx = m.generate(idx[:, :4], 8, top_k=1, exit=exit)
+        idx = cached_generate(m, idx[:, :4], 8, top_k=1, exit=exit)[0]
     one, two = KVCache(m.config.block_size), KVCache(m.config.block_size)
     seen = set()
     with torch.no_grad():
@@ -836,6 +837,34 @@ def test_one_token_decode_matches_the_batched_protocol(kind):
         for x, y in zip(tensors, two.kv[slot]):
             assert torch.allclose(x[:, :, :12], y[:1, :, :12], atol=1e-5), slot
     assert len(seen) >= 2, "test needs tokens that stop at different depths"
+
+
+@pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
+def test_a_prompt_prefilled_or_fed_a_token_at_a_time_leaves_the_same_cache(kind):
+    """One rule for a stopped token's later slots (decode.KVCache): a prompt prefilled in one chunk
+    and the same prompt fed a token at a time give every token the same depth and logits, and
+    leave the same keys and values in every slot (before, a chunk kept its stopped tokens' frozen
+    states' keys, while a token alone copied its last run slot)."""
+    if kind == "resid":
+        m, t = resid_model(4)
+    else:
+        m, t = (act_gen_model() if kind == "act" else gen_model(loops=(4,))).eval(), 0.3
+    exit = None if kind == "act" else (kind, t)
+    idx = batch(1, 12)[0]
+    if kind != "resid":  # the model's own continuation: varied depths
+        idx = cached_generate(m, idx[:, :4], 8, top_k=1, exit=exit)[0]
+    chunk, single = KVCache(m.config.block_size), KVCache(m.config.block_size)
+    with torch.no_grad():
+        logits, _, info = m(idx, exit=exit, cache=chunk)
+        fed = [m(idx[:, t:t + 1], exit=exit, cache=single) for t in range(12)]
+    assert torch.equal(info['depth'], torch.cat([f[2]['depth'] for f in fed], 1))
+    assert torch.allclose(logits, torch.cat([f[0] for f in fed], 1), atol=1e-5)
+    assert chunk.kv.keys() == single.kv.keys()
+    for slot, tensors in chunk.kv.items():
+        for x, y in zip(tensors, single.kv[slot]):
+            assert torch.allclose(x[:, :, :12], y[:, :, :12], atol=1e-5), slot
+    depths = info['depth'][0, :-1]
+    assert len(depths.unique()) >= 2 and depths.min() < m.config.loops[0], "needs mixed depths"
 
 
 def test_skipped_iterations_reuse_the_last_computed_keys_values():
@@ -860,12 +889,24 @@ def test_skipped_iterations_reuse_the_last_computed_keys_values():
     assert len(seen) >= 2 and min(seen) < k, "test needs tokens that exit early"
 
 
+def test_plain_generate_is_nanogpts_and_matches_the_cached_one():
+    """model.generate (no cache, no extras) samples what decode.generate samples at a fixed depth."""
+    m = gen_model(loops=(2, 3)).eval()
+    idx = batch(2, 5)[0]
+    for kw in (dict(top_k=1), dict(top_k=1, n_loops=4)):
+        assert torch.equal(m.generate(idx, 8, **kw), cached_generate(m, idx, 8, **kw)[0])
+    torch.manual_seed(0)
+    a = m.generate(idx, 8, temperature=0.8, top_k=5)
+    torch.manual_seed(0)
+    assert torch.equal(a, cached_generate(m, idx, 8, temperature=0.8, top_k=5)[0])
+
+
 def test_generate_past_block_size_crops_context():
     m = make(loops=(2,))
     m.eval()
     idx = batch(2, 6)[0]
-    a = m.generate(idx, 20, top_k=1, kv_cache=True)
-    b = m.generate(idx, 20, top_k=1, kv_cache=False)
+    a = cached_generate(m, idx, 20, top_k=1, kv_cache=True)[0]
+    b = cached_generate(m, idx, 20, top_k=1, kv_cache=False)[0]
     assert a.shape == (2, 26)
     assert torch.equal(a, b)
     assert torch.equal(a, greedy_by_hand(m, idx, 20))
@@ -877,8 +918,8 @@ def test_generate_two_segments_n_loops_override():
     m = make(loops=(2, 3))
     m.eval()
     idx = batch(1, 4)[0]
-    a, d = m.generate(idx, 6, top_k=1, n_loops=(1, 2), return_depth=True)
-    assert torch.equal(a, m.generate(idx, 6, top_k=1, n_loops=(1, 2), kv_cache=False))
+    a, d = cached_generate(m, idx, 6, top_k=1, n_loops=(1, 2))
+    assert torch.equal(a, cached_generate(m, idx, 6, top_k=1, n_loops=(1, 2), kv_cache=False)[0])
     assert torch.equal(a, greedy_by_hand(m, idx, 6, n_loops=(1, 2)))
     assert (d == 3).all()
 
@@ -887,14 +928,14 @@ def test_generate_tiny_top_p_and_temperature_are_greedy():
     m = make(loops=(2,))
     m.eval()
     idx = batch(3, 4)[0]
-    greedy = m.generate(idx, 10, top_k=1)
+    greedy = cached_generate(m, idx, 10, top_k=1)[0]
     for seed in range(2):
         torch.manual_seed(seed)
-        assert torch.equal(m.generate(idx, 10, top_p=1e-6), greedy)
+        assert torch.equal(cached_generate(m, idx, 10, top_p=1e-6)[0], greedy)
         torch.manual_seed(seed)
-        assert torch.equal(m.generate(idx, 10, temperature=1e-6), greedy)
+        assert torch.equal(cached_generate(m, idx, 10, temperature=1e-6)[0], greedy)
     torch.manual_seed(0)
-    sampled = m.generate(idx, 10)
+    sampled = cached_generate(m, idx, 10)[0]
     assert not torch.equal(sampled, greedy)  # plain sampling from a near-uniform model differs
 
 
@@ -917,8 +958,8 @@ def test_generate_repetition_penalty_lowers_seen_tokens(monkeypatch):
     logits = torch.tensor([2.0, 1.0, -1.0, 0.5, 0.0])
     fx = FixedLogits(m, logits, monkeypatch)
     idx = torch.tensor([[0, 2, 0]])
-    m.generate(idx, 1, repetition_penalty=1.0)
-    m.generate(idx, 1, repetition_penalty=1.5)
+    cached_generate(m, idx, 1, repetition_penalty=1.0)[0]
+    cached_generate(m, idx, 1, repetition_penalty=1.5)[0]
     base, pen = fx.probs
     assert torch.allclose(base[0], logits.softmax(-1))
     expect = torch.tensor([2.0 / 1.5, 1.0, -1.0 * 1.5, 0.5, 0.0]).softmax(-1)
@@ -933,10 +974,10 @@ def test_generate_top_p_and_top_k_filters(monkeypatch):
     fx = FixedLogits(m, logits, monkeypatch)
     idx = torch.tensor([[4]])
     p = logits.softmax(-1)  # sorted: 1 (.64), 3 (.24), 2 (.09), ...
-    m.generate(idx, 1, top_p=0.7)
-    m.generate(idx, 1, top_k=2)
-    m.generate(idx, 1, top_p=1e-6)
-    m.generate(idx, 1, temperature=0.5)
+    cached_generate(m, idx, 1, top_p=0.7)[0]
+    cached_generate(m, idx, 1, top_k=2)[0]
+    cached_generate(m, idx, 1, top_p=1e-6)[0]
+    cached_generate(m, idx, 1, temperature=0.5)[0]
     keep2 = torch.zeros(5)
     keep2[[1, 3]] = p[[1, 3]] / p[[1, 3]].sum()
     assert torch.allclose(fx.probs[0][0], keep2, atol=1e-6)
@@ -949,9 +990,9 @@ def test_generate_return_depth():
     m = gen_model(loops=(4,))
     m.eval()
     idx = batch(2, 4)[0]
-    out, d = m.generate(idx, 6, top_k=1, return_depth=True)
+    out, d = cached_generate(m, idx, 6, top_k=1)
     assert d.shape == (2, 6) and d.dtype == torch.long and (d == 4).all()
-    out, d = m.generate(idx, 6, top_k=1, exit=('maxprob', 0.3), kv_cache=False, return_depth=True)
+    out, d = cached_generate(m, idx, 6, top_k=1, exit=('maxprob', 0.3), kv_cache=False)
     assert d.min() >= 1 and d.max() <= 4 and len(d.unique()) >= 2
     for j in range(6):  # the depth spent on the position that predicted new token j
         info = m(out[:, :4 + j], exit=('maxprob', 0.3))[2]

@@ -426,3 +426,21 @@ def test_gpu_check_runs_every_step_and_sums_up(job):
     assert len(re.findall(r'^\[5 tokens, [\d.]+ tok/s\]$', summary, re.M)) == 2  # sample.py: 2 samples
     assert re.search(r'^suffix NLL \(2 docs', summary, re.M)
     assert re.findall(r'^(\w+): \d+ s$', summary, re.M) == ['bench', 'train', 'sample', 'eval']
+
+
+@pytest.mark.parametrize('given', ['', 'cuda'])
+def test_no_rank_touches_a_gpu_but_its_own(given, monkeypatch):
+    """Under torchrun on CUDA, the device check before train.py sets each rank's device used to
+    allocate on 'cuda', GPU 0, from every rank: each rank opened a context there. Now rank 3 of a
+    machine touches only cuda:3 (CUDA stood in for: this machine has none)."""
+    import guards
+    touched = []
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch, 'empty', lambda *a, device=None, **kw: touched.append(device))
+    monkeypatch.setenv('LOCAL_RANK', '3')
+    monkeypatch.setenv('RANK', '3')
+    assert guards.get_device(given) == 'cuda:3'
+    assert touched == ['cuda:3']
+    monkeypatch.delenv('LOCAL_RANK')  # one process: the device as given
+    monkeypatch.delenv('RANK')
+    assert guards.get_device(given) == 'cuda' and touched[-1] == 'cuda'

@@ -7,6 +7,8 @@ import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..'))
 import torch
 import model as M
+import decode as D
+from guards import load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 acc = {}
@@ -27,18 +29,18 @@ def timed(owner, name, key=None):
 timed(M.Loop, 'step', lambda a: ('first iteration' if a[3][1] == 0 else 'later iteration')
       if a[1].size(1) == 1 else 'prompt')
 timed(M, 'residual', 'stop check: residual')
-timed(M.KVCache, 'skip', 'KVCache.skip')
+timed(D.KVCache, 'skip', 'KVCache.skip')
 
 torch.set_grad_enabled(False)
 torch.set_num_threads(1)
-model, ckpt = M.load_checkpoint(os.path.join(sys.argv[1], 'ckpt.pt'))
+model, ckpt = load_checkpoint(os.path.join(sys.argv[1], 'ckpt.pt'))
 model.eval()
 encode = get_tokenizer(ckpt['meta']['tokenizer'])[0]
 start = torch.tensor([encode("Question: Tom has 12 apples and buys 7 more. How many now? A:")])
-for exit in [None, M.parse_exit(sys.argv[2])] * 2:  # the second round is the one printed
+for exit in [None, parse_exit(sys.argv[2])] * 2:  # the second round is the one printed
     acc.clear()
     t0 = time.perf_counter()
-    model.generate(start, 256, top_k=1, exit=exit)
+    D.generate(model, start, 256, top_k=1, exit=exit)
     total = (time.perf_counter() - t0) / 256 * 1e3
     parts = '; '.join(f"{k}: {1e6 * s / n:.0f} us x {n / 256:.1f}" for k, (s, n) in acc.items()
                       if k != 'prompt')

@@ -1,7 +1,8 @@
 # How much of what each model generates is EOT padding (the study: SFT makes models "pad-spam").
 # $ PYTHONPATH=. python results/sft/eot_in_generations.py out-cpu-single out-cpu-sft ...
 import torch, sys
-from model import load_checkpoint
+from guards import load_checkpoint
+from decode import generate
 from prepare import get_tokenizer
 prompts = ["How was your weekend?", "What is 12 + 7?", "Write a function that adds two numbers.", "The market opened", "Shall I compare thee"]
 for d in sys.argv[1:]:
@@ -11,7 +12,7 @@ for d in sys.argv[1:]:
     n_eot = n = 0; first = []
     for p in prompts:
         for _ in range(4):
-            y = m.generate(torch.tensor([enc(p)]), 120, temperature=1.0, top_k=50, top_p=0.9, repetition_penalty=1.2)[0, len(enc(p)):].tolist()
+            y = generate(m, torch.tensor([enc(p)]), 120, temperature=1.0, top_k=50, top_p=0.9, repetition_penalty=1.2)[0][0, len(enc(p)):].tolist()
             n += len(y); n_eot += sum(t == eot for t in y)
             first.append(y.index(eot) if eot in y else 120)
     print(f"{d}: EOT share of generated tokens {n_eot / n:.1%}, mean position of the first EOT {sum(first)/len(first):.1f} of 120")

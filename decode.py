@@ -1,0 +1,88 @@
+"""
+Depth-aware decoding (what model.py's plain generate leaves out, as nanochat's engine.py does):
+a KV cache with a slot for every block application, the rule for the slots a stopped token skips,
+the sampling extras (top_p, repetition penalty), and cached generation that reports each token's
+depth. The post-hoc exits themselves are model.Exit: `model(idx, exit=('maxprob', 0.9))`.
+"""
+import torch
+import torch.nn.functional as F
+
+class KVCache:
+    """Keys and values for generation, preallocated as in gpt-fast. Every block APPLICATION has a
+    slot of its own (a tied block run k times has k), named by where it runs:
+        ('prelude', j)              prelude block j
+        (segment, i)                iteration i of tied segment `segment` (i = 0..k-1)
+        ('coda', j)                 coda block j, in the model's own readout
+        (segment, i, 'coda', j)     coda block j in a maxprob exit's check after that iteration
+    The rule for a token that stopped early: its later slots hold its last run slot's keys and
+    values, whether the prompt is prefilled in one chunk or fed a token at a time."""
+    def __init__(self, block_size):
+        self.block_size = block_size
+        self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
+        self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
+        self.stopped = None  # (B, T) bool during a per-token loop: the tokens that stopped
+
+    def update(self, slot, k, v):
+        if slot not in self.kv:
+            shape = (*k.shape[:2], self.block_size, k.size(3))
+            self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
+        keys, values = self.kv[slot]
+        now = slice(self.pos, self.pos + k.size(2))
+        keys[:, :, now], values[:, :, now] = k, v
+        if self.stopped is not None and slot[1] > 0:  # (a loop slot) a stopped token keeps its last
+            last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # run slot's keys and values
+            for new, old in zip((keys, values), last):
+                new[:, :, now] = torch.where(self.stopped[:, None, :, None], old[:, :, now],
+                                             new[:, :, now])
+        return keys[:, :, :now.stop], values[:, :, :now.stop]
+
+    def skip(self, segment, i, k, T):
+        """Every token of the chunk stopped after i iterations: iterations i..k-1 are not run, and
+        each of their slots gets a copy of the slot of iteration i - 1 (the rule above)."""
+        now = slice(self.pos, self.pos + T)
+        last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
+        for slot in last_run:
+            for j in range(i, k):
+                skipped = (segment, j) + slot[2:]
+                if skipped not in self.kv:
+                    self.kv[skipped] = tuple(torch.empty_like(t) for t in self.kv[slot])
+                for last, copy in zip(self.kv[slot], self.kv[skipped]):  # keys, then values
+                    copy[:, :, now] = last[:, :, now]
+
+def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
+    """The next token's distribution from the last logits (B, vocab); idx: the context so far."""
+    if repetition_penalty != 1.0:  # CTRL-style: make the tokens already in the context less likely
+        seen = torch.gather(logits, 1, idx)
+        seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
+        logits.scatter_(1, idx, seen)
+    logits = logits / max(temperature, 1e-8)
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+        logits[logits < kth] = -float('inf')
+    if top_p is not None and top_p < 1.0:  # nucleus: the smallest set with probability >= top_p
+        sorted_logits, order = torch.sort(logits, descending=True)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= top_p
+        logits[torch.zeros_like(drop).scatter(1, order, drop)] = -float('inf')
+    return F.softmax(logits, dim=-1)
+
+@torch.no_grad()
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
+             repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True):
+    """Sample max_new_tokens tokens after idx (B, T) -> (idx, each new token's depth (B, N)).
+    With exits, re-encoding (kv_cache=False) runs a stopped token's skipped steps on its frozen
+    state, so it may differ from the cache; at a fixed depth never."""
+    block_size, cache, depths = model.config.block_size, None, []
+    for _ in range(max_new_tokens):
+        if cache is not None and idx.size(1) <= block_size:
+            chunk = idx[:, -1:]  # only the new token: the others' keys and values are cached
+        else:  # the first step, no cache, or past block_size (learned positions: keys can't
+            # slide): (re-)encode the last block_size tokens
+            cache = KVCache(block_size) if kv_cache else None
+            chunk = idx[:, -block_size:]
+        logits, _, info = model(chunk, n_loops=n_loops, exit=exit, cache=cache)
+        logits = logits[:, -1, :].float()
+        probs = sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty)
+        idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
+        depths.append(info['depth'][:, -1])
+    return idx, torch.stack(depths, 1)
