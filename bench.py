@@ -52,14 +52,6 @@ compile = False
 peak_flops = 0.0  # the GPU's dense bf16 FLOP/s for MFU; 0 = look it up by name below
 seed = 1337
 estimate = ''  # config names (v3,v5,...): print their parameters, tokens and memory per step
-_domain = {'batch_size block_size n_embd n_head k repeats': 'x >= 1', 'gen_tokens': 'x >= 2',
-           'n_prelude n_coda': 'x >= 0', 'vocab_size': 'x >= 257', 'peak_flops': 'x >= 0',
-           'phantom_ks gen_loops dtype_widths': 'all(type(k) is int and k >= 1 for k in x)',
-           'init_from': 'paths', 'prompt': "x != ''", 'dtype': guards.DTYPES,
-           'exit_at estimate device compile seed': 'any'}  # (x: the key's value)
-_rules = [('all(w % n_head == 0 for w in dtype_widths)',
-           "each of dtype_widths must be a multiple of n_head"),
-          ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them")]
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
 device = get_device(device)
@@ -225,7 +217,7 @@ if not init_from:  # random weights, byte tokens; and the same shape with an ACT
     policies = [('exit ' + e, rand, exit) for e, exit in exits.items()]
     groups.append(('random weights', rand, ids, policies + [('ACT gate', rand_act, None)]))
 for path in filter(None, init_from.split(',')):  # trained models: the exits see real confidence
-    model, ckpt = load_checkpoint(os.path.join(path, 'ckpt.pt'), device)
+    model, ckpt = load_checkpoint(os.path.join(path, 'ckpt.pt'), GPT.from_checkpoint, device)
     ids = get_tokenizer(ckpt['meta']['tokenizer'])[0](prompt)
     full, policies = model, [('ACT gate', model, None)]  # it stops by its gate, or by its exits
     if model.config.act:  # at full depth: the same blocks, no gate

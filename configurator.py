@@ -1,6 +1,7 @@
 # Config overrides, exec'd (never imported) by every script, as in nanoGPT:
 # $ python train.py config/smoke.py --batch_size=32 --loops="(10,10)"
-# A key keeps its type and must lie in the script's _domain, and its _rules must hold.
+# A key keeps its type and must lie in its domain, and the rules across keys must hold
+# (guards.KEYS declares both for each script).
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
 import ast, os, sys
 import guards as _guards
@@ -45,6 +46,7 @@ for _arg in sys.argv[1:]:
         _said = f"Overriding config with {_arg}"
     if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
         print(_said)
+_domain, _rules = _guards.KEYS.get(os.path.basename(__file__), ({}, []))  # values, rules
 _guards.check_keys(_domain, _rules, globals(), _keys)  # (_keys: the defaults, valid values)
 if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fine; run nothing
     sys.exit(0)

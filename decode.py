@@ -1,11 +1,34 @@
 """
-Depth-aware decoding (what model.py's plain generate leaves out, as nanochat's engine.py does):
-a KV cache with a slot for every block application, the rule for the slots a stopped token skips,
-the sampling extras (top_p, repetition penalty), and cached generation that reports each token's
-depth. The post-hoc exits themselves are model.Exit: `model(idx, exit=('maxprob', 0.9))`.
+Depth-aware decoding, what model.py's plain generate leaves out (nanochat's engine.py split):
+the post-hoc exits that the per-token loop takes (`model(idx, exit=('maxprob', 0.9))` stops each
+token once it is confident), a KV cache with a slot for every block application and one rule for
+the slots a stopped token skips, the sampling extras (top_p, repetition penalty), and cached
+generation that reports each token's depth.
 """
 import torch
 import torch.nn.functional as F
+
+class Exit:
+    """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a
+    token stops now. 'maxprob': once the readout's top probability reaches t; 'resid': once the
+    relative residual is below t."""
+    ponder = None
+
+    def __init__(self, model, exit, segment, cache=None):
+        if exit[0] not in model.config.exit_kinds():
+            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t), with a tied loop")
+        self.kind, self.t = exit
+        self.model, self.segment, self.cache = model, segment, cache
+
+    def __call__(self, i, z, resid, running):
+        if self.kind == 'resid':
+            return resid < self.t
+        # maxprob: this readout has cache slots of its own (see KVCache)
+        probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
+        return probs.amax(-1) >= self.t
+
+    def output(self, z):
+        return z
 
 class KVCache:
     """Keys and values for generation, preallocated as in gpt-fast. Every block APPLICATION has a

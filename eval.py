@@ -5,13 +5,14 @@ $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
 import os, json, math
-from html import escape as esc
 import numpy as np
 import torch
 import torch.nn.functional as F
-from prepare import get_tokenizer, pieces, token_rows
+from model import GPT
+from prepare import (get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs,
+                     dataset_folder, split_folder)
+from depthmap import write_html
 import guards
-from guards import load_meta, load_tokens, read_eval_docs
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'  # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -27,14 +28,6 @@ thresholds = ()  # the early-exit curve's; () = DEFAULTS[exit_kind]
 max_docs = 200  # eval.jsonl documents per topic
 html = ''  # write the depth map to this file (several out_dirs: to this name in each)
 seed = 1337
-_domain = {'batch_size eval_iters max_docs': 'x >= 1', 'suffix_start': 'x >= 0',
-           'block_size': 'x == 0 or x >= 2',  # (a row of one token has no target to score)
-           'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)',
-           "exit_kind": "x in ('', 'maxprob', 'resid')", 'seed': '0 <= x < 2**64',
-           'out_dir': 'paths', 'html': 'new file', 'dataset': 'name', 'dtype': guards.DTYPES,
-           'device': 'any'}  # each key's values (x: its value), checked by configurator.py
-_rules = [("exit_kind == 'resid' or all(t <= 1 for t in thresholds)",
-           "a maxprob threshold is a probability: give --thresholds at most 1")]
 # -----------------------------------------------------------------------------
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 
@@ -136,25 +129,6 @@ def probe(nll, signal, real):
         r = np.corrcoef(signal[real].numpy(), nll[real].numpy())[0, 1] if real.sum() > 1 else np.nan
     return None if np.isnan(r) else float(r)
 
-def write_html(path, docs, tokens, depth, decode, what):
-    """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`. Every
-    text is escaped: a document may hold markup."""
-    hi = max(int(depth.max()), 1)
-    colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
-    legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
-                     for d in range(int(depth.min()), hi + 1))
-    page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
-            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}</p>']
-    for doc, toks, row in zip(docs, tokens, depth):
-        spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
-        for text, a, b in pieces(toks[1:len(row) + 1], decode):  # a span a character
-            d = row[a:b].max().item()  # (a character of several tokens: the most of them)
-            spans += f'<span style="background:{colour(d)}">{esc(text)}</span>'
-        page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    with open(path, 'w', encoding='utf-8') as f:
-        f.write('\n'.join(page) + '</body>\n')
-
 def print_report(r):  # eval.json's numbers, a line a row
     fmt = lambda v: 'n/a' if v is None else f"{v:.3f}" if type(v) is float else v
     line = lambda row: '   '.join(f"{k} {fmt(v)}" for k, v in row.items())
@@ -172,6 +146,18 @@ def print_report(r):  # eval.json's numbers, a line a row
     print(f"\nprobes of NLL (Pearson r): {line(r['probes'])}\n"
           f"alphas: {' '.join(map(fmt, r['alphas']))}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
+
+def load(out_dir, html):  # -> (model, data_dir, T, precision): one model and its data, checked
+    path = os.path.join(out_dir, 'ckpt.pt')
+    model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
+    T = block_size or model.config.block_size
+    own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
+    data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
+    meta, val = load_meta(data_dir), load_tokens(data_dir, 'val')
+    guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, suffix_start,
+                      exit_kind, thresholds)
+    precision = guards.autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
+    return model.eval(), data_dir, T, precision
 
 @torch.no_grad()
 def evaluate(out_dir, model, data_dir, T, html):
@@ -209,9 +195,7 @@ if __name__ == '__main__':
     device = guards.get_device(device)
     dirs = guards.folders(out_dir)  # several (a,b,c): each in turn, each its own eval.json
     maps = {d: os.path.join(d, os.path.basename(html)) if html and dirs[1:] else html for d in dirs}
-    checked = {d: guards.check_eval(d, device, dtype, dataset, block_size, suffix_start,
-                                    exit_kind, thresholds, maps[d])
-               for d in dirs}  # every model before any work
+    checked = {d: load(d, maps[d]) for d in dirs}  # every model before any work
     exit_kind = exit_kind or 'maxprob'  # (checked as given)
     thresholds = thresholds or DEFAULTS[exit_kind]
     for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():

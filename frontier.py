@@ -31,10 +31,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import eval as ev
-from model import exit_kinds
-from prepare import sft_targets
-from guards import (InputError, check_output, load_checkpoint, load_meta, load_tokens, saving,
-                    ran_on)
+from model import GPT
+from prepare import sft_targets, load_meta, load_tokens
+from guards import InputError, check_output, load_checkpoint, saving, ran_on
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # train.py, config/: run from any folder
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
@@ -104,10 +103,6 @@ TOPICS, SFT = 'data/topics_byte', 'data/sft_byte'
 eval_iters = 10  # val batches of batch_size rows
 batch_size = 16
 device = 'cpu'
-_domain = {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
-           'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)',
-           'models train_args from_runs device': 'any'}  # each key's values (x: its value)
-_rules = []  # across keys: none (configurator.py checks both)
 
 def run_dir(name, seed):
     return os.path.join(runs, f'{name}-s{seed}')
@@ -210,7 +205,7 @@ def measure_val(model, rows):
     out = {'fixed': [point(k, k * S, mean(n)) | dict(maxprob=mean(m), resid=mean(r))
                      for k, n, m, r in zip(range(1, K + 1), nll, maxprob, resid)],
            'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)])}
-    for kind in exit_kinds(c):  # (a maxprob check reads out)
+    for kind in c.exit_kinds():  # (a maxprob check reads out)
         ts = THRESHOLDS[kind]
         frozen = [(t, *ev.val_nll(model, rows, batch_size, exit=(kind, t))) for t in ts]
         out[f'frozen {kind}'] = [point(t, d, n, 1 + d * (kind == 'maxprob')) for t, n, d in frozen]
@@ -255,7 +250,8 @@ def measure(name, seed):
         with open(path) as f:
             return json.load(f)
     train(name, seed)
-    model = load_checkpoint(os.path.join(run_dir(name, seed), 'ckpt.pt'), device)[0].eval()
+    ckpt = os.path.join(run_dir(name, seed), 'ckpt.pt')
+    model = load_checkpoint(ckpt, GPT.from_checkpoint, device)[0].eval()
     T = model.config.block_size
     rows = ev.val_rows(load_tokens(TOPICS, 'val'), T, eval_iters * batch_size, seed=1337)
     docs, _, x, real, _ = ev.doc_rows(TOPICS, T, max_docs=200)

@@ -7,7 +7,6 @@ import numpy as np
 
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
 DTYPES = "x in ('', 'float32', 'bfloat16')"  # every script's --dtype
-EOT = {'byte': 256, 'gpt2': 50256}  # prepare.py's tokenizers: their EOT ids (vocab_size: + 1)
 PATHS = ('path', 'paths', 'new file', 'new folder', 'name')  # the domains that are not a rule on x
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
@@ -47,14 +46,67 @@ TRAIN_RULES = [
     ("grad_noise or 'noise_iters' not in changed",
      "does nothing without grad_noise: give --grad_noise=r, or drop --noise_iters")]
 
+# Each script's keys: {script: (each key's valid values, the rules across keys in words)}. x is
+# the key's value; configurator.py checks them before any work (test_domains tests them all)
+KEYS = {
+    'train.py': (
+        {**MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
+         'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
+         'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
+         'grad_noise noise_iters': 'x >= 0', 'learning_rate': 'x > 0',
+         'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
+         'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
+         'dtype': DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
+         'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'},
+        MODEL_RULES + TRAIN_RULES),
+    'sample.py': (
+        {'max_new_tokens num_samples': 'x >= 1', 'temperature top_k': 'x >= 0',
+         'top_p': '0 < x <= 1', 'seed': '0 <= x < 2**64',
+         'repetition_penalty': '0.01 <= x <= 100',  # (beyond: float32 logits overflow)
+         'n_loops': 'x is None or type(x) is int and x >= 1'
+                    ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)',
+         'out_dir': 'paths', 'dtype': DTYPES, 'start exit_at show_depth device': 'any'},
+        []),
+    'eval.py': (
+        {'batch_size eval_iters max_docs': 'x >= 1', 'suffix_start': 'x >= 0',
+         'block_size': 'x == 0 or x >= 2',  # (a row of one token has no target to score)
+         'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)',
+         'exit_kind': "x in ('', 'maxprob', 'resid')", 'seed': '0 <= x < 2**64',
+         'out_dir': 'paths', 'html': 'new file', 'dataset': 'name', 'dtype': DTYPES,
+         'device': 'any'},
+        [("exit_kind == 'resid' or all(t <= 1 for t in thresholds)",
+          "a maxprob threshold is a probability: give --thresholds at most 1")]),
+    'prepare.py': (
+        {'dataset': "x in ('topics', 'shakespeare', 'fineweb', 'sft')",
+         'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
+         'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))",
+         'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'},
+        [("dataset != 'fineweb' or tokenizer == 'gpt2'",
+          "fineweb's shards are GPT-2 tokens: use --tokenizer=gpt2")]),
+    'bench.py': (
+        {'batch_size block_size n_embd n_head k repeats': 'x >= 1', 'gen_tokens': 'x >= 2',
+         'n_prelude n_coda': 'x >= 0', 'vocab_size': 'x >= 257', 'peak_flops': 'x >= 0',
+         'phantom_ks gen_loops dtype_widths': 'all(type(k) is int and k >= 1 for k in x)',
+         'init_from': 'paths', 'prompt': "x != ''", 'dtype': DTYPES,
+         'exit_at estimate device compile seed': 'any'},
+        [('all(w % n_head == 0 for w in dtype_widths)',
+          "each of dtype_widths must be a multiple of n_head"),
+         ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them")]),
+    'frontier.py': (
+        {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
+         'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)',
+         'models train_args from_runs device': 'any'},
+        []),
+}
+
 class InputError(ValueError):
     """Bad input, raised on purpose. Any other exception is a bug, and keeps its traceback."""
 
 def excepthook(kind, err, tb, _default=sys.excepthook):  # (torch's OOM by name: no torch import)
     memory = kind.__name__ == 'OutOfMemoryError' or "can't allocate memory" in str(err)
     last = traceback.extract_tb(tb)[-1].filename if tb else ''  # where it was raised
-    if not (issubclass(kind, InputError) or memory
-            or kind is ValueError and last.endswith(os.sep + 'model.py')):
+    if not (issubclass(kind, InputError) or memory  # (model.py's checks: its bad input)
+            or kind is ValueError and last.endswith((os.sep + 'model.py', os.sep + 'decode.py'))):
         _default(kind, err, tb)
     elif os.environ.get('RANK', '0') == '0':  # (torchrun: every rank meets the same input)
         size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
@@ -193,9 +245,8 @@ def autocast_dtype(device, dtype='', decode=False, trained=''):  # -> (dtype, au
     ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
     return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
 
-def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key: the folder's key
-    import torch
-    from model import GPT, GPTConfig
+def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt), ckpt)
+    import torch  # (build: GPT.from_checkpoint; key: the option that named the folder)
     try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         ckpt = torch.load(path, map_location=device, weights_only=True)
         lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
@@ -218,17 +269,15 @@ def load_checkpoint(path, device='cpu', key='out_dir'):  # -> (model, ckpt); key
     if lacking:  # what the scripts read besides the weights
         raise InputError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
     try:  # saved by another version of nanoloop? name the keys that differ (torch lists them)
-        model = GPT(GPTConfig(**ckpt['model_args']))
-        model.load_state_dict(ckpt['model'])
+        model = build(ckpt)
     except (TypeError, ValueError, RuntimeError) as e:
         raise InputError(f"{path} does not fit this version of nanoloop ({' '.join(str(e).split())}"
                          "): use the version that saved it, or train it again") from None
     return model.to(device), ckpt
 
-def lacks_exits(c):  # -> '' where a model has post-hoc exits (model.exit_kinds), or what it lacks
-    from model import exit_kinds
+def lacks_exits(c):  # -> '' where a model has post-hoc exits (c.exit_kinds), or what it lacks
     lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
-    return '' if exit_kinds(c) else lacks
+    return '' if c.exit_kinds() else lacks
 
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, text = s.partition(':')
@@ -308,72 +357,6 @@ def check_prepared(out_dir, train, held, sft_block):  # prepare.py: never a wors
         raise InputError(f"no {'training' if held else 'held-out'} documents left for "
                          f"{out_dir}{fix}")
 
-def data_error(path, why):  # -> the error: the file, what is wrong, the fix
-    from prepare import DATASETS, split_folder
-    root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
-    dataset, tokenizer = split_folder(name)
-    if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
-        return InputError(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}}"
-                          f" (and *_byte), not {name}: check --dataset")
-    extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-    return InputError(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
-                      f"--tokenizer={tokenizer}{extra}")
-
-def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
-    path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(path):  # paths are relative to the working directory: name it
-        root = os.path.dirname(os.path.normpath(data_dir)) or '.'
-        where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
-                                                f"{os.getcwd()}: run from the one that holds it)")
-        raise data_error(path, 'not found' + where)
-    try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
-        meta = json.load(open(path, 'rb'))
-        meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
-                'row': meta.get('row', 0)}
-    except (ValueError, TypeError, KeyError) as e:
-        why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
-        raise data_error(path, why) from None
-    whole = all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row'))
-    if not whole or meta['row'] < 0 or meta['row'] == 1:  # (row: 0, or an SFT row's tokens)
-        raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
-                               f"{meta['row']!r}: each a whole number, a row 0 or 2 or more")
-    eot = EOT.get(str(meta['tokenizer']))
-    if (meta['eot'], meta['vocab_size']) != (eot, eot and eot + 1):  # (another tokenizer's data?)
-        raise data_error(path, f"says tokenizer {meta['tokenizer']!r} with eot {meta['eot']} and "
-                               f"vocab_size {meta['vocab_size']}: prepare.py's byte has 256, 257 "
-                               "and gpt2 50256, 50257")
-    with suppress(TypeError):  # (not a dtype at all: load_tokens says so)
-        dtype = np.dtype(meta['dtype'])
-        if dtype.kind not in 'ui' or np.iinfo(dtype).max < eot:
-            raise data_error(path, f"says dtype {meta['dtype']}: token ids up to {eot} need one "
-                                   "of whole numbers that holds them, e.g. uint16")
-    return meta
-
-def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
-    meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
-    try:  # numpy refuses a missing or empty file, and one that is not a whole number of tokens
-        tokens = np.memmap(path, meta['dtype'], 'r')
-    except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
-        raise data_error(path, f"is unusable ({e})") from None
-    if meta['row'] and len(tokens) % meta['row']:  # SFT: whole rows, as meta.json says
-        raise data_error(path, f"holds {len(tokens):,} tokens: not whole rows of {meta['row']}")
-    if (top := tokens.max()) >= meta['vocab_size']:  # it would index past the embedding
-        raise data_error(path, f"holds token id {top} >= vocab_size {meta['vocab_size']}")
-    return tokens
-
-def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
-    if not os.path.isfile(path):
-        raise data_error(path, 'not found')
-    lines, docs = [line for line in open(path, 'rb') if line.strip()], []
-    for line in lines:  # skipped: not UTF-8 or JSON (ValueError), not {"topic": str, "text": str}
-        with suppress(ValueError, KeyError, TypeError):
-            d = json.loads(line)
-            if isinstance(d['topic'], str) and isinstance(d['text'], str):
-                docs.append(d)
-    if not docs:
-        raise data_error(path, f"has no usable documents ({len(lines)} malformed lines)")
-    return docs, len(lines) - len(docs)
-
 def check_start(model, ckpt, meta, data_dir, block_size):  # a trained model against the data
     c, tokenizer = model.config, ckpt['meta']['tokenizer']
     if (tokenizer, c.vocab_size) != (meta['tokenizer'], meta['vocab_size']):
@@ -386,68 +369,51 @@ def check_start(model, ckpt, meta, data_dir, block_size):  # a trained model aga
         raise InputError(f"--block_size={block_size} is larger than the model's {c.block_size}: "
                          f"lower it{sft}")
 
-def check_eval(out_dir, device, dtype, dataset, block_size, suffix_start, exit_kind, thresholds,
-               html):  # eval.py's settings for one model -> (model, data_dir, T, precision)
-    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
-    c, T = model.config, block_size or model.config.block_size
+def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, suffix_start, exit_kind,
+               thresholds):  # eval.py: one model's settings against it and its data
     if suffix_start >= T:
         raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
                          f"1..{T - 1}, or 0 for the default")
-    if (exit_kind or thresholds) and (lacks := lacks_exits(c)):
+    if (exit_kind or thresholds) and (lacks := lacks_exits(model.config)):
         given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
         raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
-    own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
-    from prepare import dataset_folder, split_folder
-    data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
-    check_start(model, ckpt, load_meta(data_dir), data_dir, T)
-    if len(val := load_tokens(data_dir, 'val')) <= T:
-        raise InputError(f"{data_dir}/val.bin has {len(val)} tokens, too few for block_size {T}: "
+    check_start(model, ckpt, meta, data_dir, T)
+    if n_val <= T:
+        raise InputError(f"{data_dir}/val.bin has {n_val} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
     check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
     if html:
         check_output(html, 'html')
-    precision = autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
-    return model.eval(), data_dir, T, precision
 
 def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
 
-def run_settings(keys, defaults, rules):  # train.py's -> (settings, model, ckpt; None: scratch)
-    from dataclasses import asdict
+def given_keys(config, defaults):  # train.py: the keys this command sets (typed, or changed)
     typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
-    given = {k for k in keys if keys[k] != defaults[k]} | typed_keys
-    init_from, ckpt_path = keys['init_from'], os.path.join(keys['out_dir'], 'ckpt.pt')
-    check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
-    settings, model, ckpt = dict(keys), None, None
-    if init_from == 'resume':  # the run's own settings but RUN_ONLY and the keys given
-        model, ckpt = load_checkpoint(ckpt_path)
-        run = {k: v for k, v in ckpt['config'].items() if k in keys and k not in RUN_ONLY}
-        doing, where = 'resuming', keys['out_dir']
-    elif init_from not in ('scratch', ''):  # fine-tuning: weights and architecture
-        model, ckpt = load_checkpoint(os.path.join(init_from, 'ckpt.pt'), key='init_from')
-        run = {k: v for k, v in asdict(model.config).items()
-               if k not in ('vocab_size', 'block_size')}
-        doing, where = 'fine-tuning', init_from
-    if ckpt:  # given keys of the model and its data (block_size, dataset) must agree with it
-        for key in sorted(given & set(run) & {*asdict(model.config), 'dataset'}):
-            if settings[key] != run[key]:
-                raise InputError(f"{typed(key, settings[key])}: the run in {where} has "
-                                 f"{typed(key, run[key])}, which {doing} cannot change: drop "
-                                 f"--{key}, or train a new --out_dir")
-        settings = {**settings, **run, **{k: settings[k] for k in given}}
-    check_rules(rules, settings, defaults)
-    world, steps = int(os.environ.get('WORLD_SIZE', 1)), settings['gradient_accumulation_steps']
+    return {k for k in config if config[k] != defaults[k]} | typed_keys
+
+def check_kept(given, run, config, fixed):  # train.py: a given key the run fixes must agree
+    doing, where = (('resuming', config['out_dir']) if config['init_from'] == 'resume'
+                    else ('fine-tuning', config['init_from']))
+    for key in sorted(given & set(run) & fixed):
+        if config[key] != run[key]:
+            raise InputError(f"{typed(key, config[key])}: the run in {where} has "
+                             f"{typed(key, run[key])}, which {doing} cannot change: drop "
+                             f"--{key}, or train a new --out_dir")
+
+def check_run(config, defaults):  # train.py's settings, merged with a run's -> the device
+    check_rules(KEYS['train.py'][1], config, defaults)
+    world, steps = int(os.environ.get('WORLD_SIZE', 1)), config['gradient_accumulation_steps']
     if steps % world:
         raise InputError(f"--gradient_accumulation_steps={steps} counts the micro steps of all "
                          f"{world} processes: give a multiple of {world}, e.g. "
                          f"--gradient_accumulation_steps={world}")
-    settings.update(device=get_device(settings['device']), given=given)
-    return settings, model, ckpt
+    return get_device(config['device'])
 
-def check_train_data(s, meta, data_dir, train_data, val_data, iter_num):  # vs the settings s
+def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num):  # s: settings
     block_size, batch_size, row = s['block_size'], s['batch_size'], meta['row']
-    if row and 'block_size' in s['given'] and block_size + 1 != row:  # SFT: rows set block_size
+    if row and 'block_size' in given and block_size + 1 != row:  # SFT: rows set block_size
         raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of {row} tokens, "
                          f"so block_size is {row - 1}: drop --block_size, or prepare rows of "
                          f"{block_size + 1}: prepare.py --dataset=sft --tokenizer="
@@ -475,9 +441,9 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num):  # vs t
         at = f"{ckpt_path} is at iter {iter_num} and " if s['init_from'] == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
-def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s):  # s: the run's settings
+def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
     if not np.isfinite(lossf):
-        given = ' '.join(typed(k, s[k]) for k in sorted(s['given']) if type(s[k]) is float)
+        given = ' '.join(typed(k, s[k]) for k in sorted(given) if type(s[k]) is float)
         raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
                          f"alphas {alphas}. Lower --learning_rate or --alpha_init"
                          f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
+from decode import Exit
 
 @dataclass
 class GPTConfig:
@@ -33,30 +34,24 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False
 
-    def __post_init__(self):  # the model's own invariants (train.py checks each --key first)
+    def __post_init__(self):  # the model's own invariants, in words (train.py checks --keys first)
         self.loops, self.supervise = tuple(self.loops), tuple(self.supervise)
-        depth = sum(self.loops)
-        for ok, why in [
-            (min(self.block_size, self.vocab_size, self.n_embd, self.n_head) >= 1,
-             "block_size, vocab_size, n_embd and n_head must be at least 1"),
-            (self.n_embd % max(self.n_head, 1) == 0, "n_embd must be a multiple of n_head"),
-            (all(type(k) is int and k >= 1 for k in self.loops + self.supervise),
-             "loops and supervise hold whole numbers of iterations, each at least 1"),
-            (min(self.n_prelude, self.n_coda) >= 0, "n_prelude and n_coda cannot be negative"),
-            (0 < self.alpha_init < 1, "alpha_init is a sigmoid's value: between 0 and 1"),
-            (self.phantom_steps >= 1, "phantom_steps must be at least 1"),
-            (list(self.supervise) == sorted(set(self.supervise)),
-             "supervise lists each depth once, in increasing order"),
-            (all(d <= depth for d in self.supervise),
-             f"supervise names a depth past the last iteration ({depth})"),
-            (not (self.act and (self.phantom or self.supervise)),
-             "act picks each token's depth: it takes neither phantom nor supervise"),
-            (not self.exit_gate or len(self.loops) == 1 and any(d < depth for d in self.supervise),
-             "exit_gate needs one tied segment and a supervised depth before its last"),
-            (0 <= self.dropout < 1 and min(self.halt_penalty, self.exit_beta) >= 0,
-             "dropout is in [0, 1); halt_penalty and exit_beta are at least 0")]:
-            if not ok:
-                raise ValueError(f"GPTConfig: {why}")
+        depth, sup = sum(self.loops), self.supervise
+        need(self.n_head >= 1 and self.n_embd % self.n_head == 0,
+             "n_embd must be a multiple of n_head (at least 1)")
+        need(all(type(k) is int and k >= 1 for k in self.loops + sup),
+             "loops and supervise count iterations: whole numbers, each at least 1")
+        need(list(sup) == sorted(set(sup)) and all(d <= depth for d in sup),
+             f"supervise lists depths once, in increasing order, up to the last ({depth})")
+        need(0 < self.alpha_init < 1, "alpha_init is a sigmoid's value: between 0 and 1")
+        need(self.phantom_steps >= 1, "phantom_steps must be at least 1")
+        need(not (self.act and (self.phantom or sup)),
+             "act picks each token's depth: it takes neither phantom nor supervise")
+        need(not self.exit_gate or len(self.loops) == 1 and any(d < depth for d in sup),
+             "exit_gate needs one tied segment and a supervised depth before its last")
+
+    def exit_kinds(self):  # the post-hoc exits: none with ACT (its gate picks), none without a loop
+        return [] if self.act or not self.loops else ['maxprob', 'resid']
 
 class Attention(nn.Module):
     def __init__(self, c):
@@ -182,32 +177,6 @@ class Loop(nn.Module):
             cache.stopped = None
         return rule.output(z), Run(depth, rule.ponder, resid, states)
 
-class Exit:
-    """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a
-    token stops now. 'maxprob': once the readout's top probability reaches t; 'resid': once the
-    relative residual is below t."""
-    ponder = None
-
-    def __init__(self, model, exit, segment, cache=None):
-        if exit[0] not in exit_kinds(model.config):
-            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t), with a tied loop")
-        self.kind, self.t = exit
-        self.model, self.segment, self.cache = model, segment, cache
-
-    def __call__(self, i, z, resid, running):
-        if self.kind == 'resid':
-            return resid < self.t
-        # maxprob: this readout has cache slots of its own (see KVCache)
-        probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
-        return probs.amax(-1) >= self.t
-
-    def output(self, z):
-        return z
-
-def exit_kinds(c):
-    """The post-hoc exits a model of config c has: none with ACT (its gate picks) or no loop."""
-    return [] if c.act or not c.loops else ['maxprob', 'resid']
-
 class ACT:
     """Graves' adaptive computation time, called like an Exit: after each step the gate gives each
     running token a halting probability h; it halts once their sum reaches 1 - eps (or at step
@@ -229,52 +198,6 @@ class ACT:
 
     def output(self, z):
         return self.mean
-
-class ExitGate(nn.Module):
-    """Ouro's learned exit. At each supervised depth t but the last a gate gives each token
-    lambda_t, its chance to stop there if it has not before: the exit distribution is
-        p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
-    Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth loss)."""
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
-        self.detached = False  # True (train.py gate_detached): its gradient stops at the gate
-
-    def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
-        if self.detached:
-            z = z.detach()
-        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
-
-    def distribution(self, states):
-        """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
-        p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
-        for z in states:
-            lam = self.lam(z)
-            p.append(survive * lam)
-            survive = survive * (1 - lam)
-        return torch.stack(p + [survive])
-
-    def loss(self, states, nlls, mask):
-        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets."""
-        p = self.distribution(states)
-        expected = (p * nlls).sum(0)
-        entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
-        per_token = expected - self.c.exit_beta * entropy
-        return (per_token * mask).sum() / mask.sum()
-
-def zero_linear(n_in, n_out):
-    """Zeros, drawing no random number: with a gate, seed s gives the same other weights."""
-    layer = nn.utils.skip_init(nn.Linear, n_in, n_out)
-    nn.init.zeros_(layer.weight)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-@torch.no_grad()
-def residual(z_new, z):
-    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: the study's probe, and the 'resid' exit's."""
-    step = torch.linalg.vector_norm(z_new - z, dim=-1)
-    return step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
 
 class GPT(nn.Module):
     def __init__(self, config):
@@ -300,6 +223,12 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, proj_std if name.endswith('proj.weight') else 0.02)
             elif name.endswith('bias'):
                 nn.init.zeros_(p)
+
+    @classmethod
+    def from_checkpoint(cls, ckpt):  # a model as train.py saved it (as nanoGPT's from_pretrained)
+        model = cls(GPTConfig(**ckpt['model_args']))
+        model.load_state_dict(ckpt['model'])
+        return model
 
     def num_params(self):
         """-> (distinct parameters, parameters with each tied block counted once per step)"""
@@ -408,3 +337,53 @@ class GPT(nn.Module):
             probs = F.softmax(logits, dim=-1)
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
         return idx
+
+class ExitGate(nn.Module):
+    """Ouro's learned exit. At each supervised depth t but the last a gate gives each token
+    lambda_t, its chance to stop there if it has not before: the exit distribution is
+        p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
+    Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth loss)."""
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
+        self.detached = False  # True (train.py gate_detached): its gradient stops at the gate
+
+    def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
+        if self.detached:
+            z = z.detach()
+        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
+
+    def distribution(self, states):
+        """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
+        p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
+        for z in states:
+            lam = self.lam(z)
+            p.append(survive * lam)
+            survive = survive * (1 - lam)
+        return torch.stack(p + [survive])
+
+    def loss(self, states, nlls, mask):
+        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets."""
+        p = self.distribution(states)
+        expected = (p * nlls).sum(0)
+        entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
+        per_token = expected - self.c.exit_beta * entropy
+        return (per_token * mask).sum() / mask.sum()
+
+def zero_linear(n_in, n_out):
+    """Zeros, drawing no random number: with a gate, seed s gives the same other weights."""
+    layer = nn.utils.skip_init(nn.Linear, n_in, n_out)
+    nn.init.zeros_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+@torch.no_grad()
+def residual(z_new, z):
+    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: the study's probe, and the 'resid' exit's."""
+    step = torch.linalg.vector_norm(z_new - z, dim=-1)
+    return step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
+
+def need(ok, why):  # GPTConfig's checks: bad input to the model, said in words
+    if not ok:
+        raise ValueError(f"GPTConfig: {why}")

@@ -3,6 +3,7 @@ data/<dataset>_byte/ (bytes): train.bin, val.bin (token ids, EOT ends each docum
 meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers and formats.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
+from contextlib import suppress
 import numpy as np
 from guards import InputError, check_output, check_prepared, replaced
 
@@ -16,12 +17,6 @@ eval_docs = 200  # documents held out per topic for eval.jsonl
 block_size = 256  # sft: tokens a row
 seed = 1337
 data_root = 'data'
-_domain = {'dataset': "x in ('topics', 'shakespeare', 'fineweb', 'sft')",
-           'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
-           'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))",
-           'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'}
-_rules = [("dataset != 'fineweb' or tokenizer == 'gpt2'",
-           "fineweb's shards are GPT-2 tokens: use --tokenizer=gpt2")]
 
 HOST = 'raw.githubusercontent.com'
 SHAKESPEARE = 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
@@ -209,6 +204,73 @@ def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token coun
         raise InputError(f"{path} is not a whole llm.c shard (magic 20240520, version 1, token "
                          f"count): header {header[:3].tolist()}, {size:,} bytes")
     return np.memmap(path, dtype='<u2', mode='r', offset=1024)
+
+# ----------------------------------------------------------------------------- the readers
+# Every script reads the data through these: each names the file and the fix on any damage
+def data_error(path, why):  # -> the error: the file, what is wrong, the fix to make it
+    root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
+    dataset, tokenizer = split_folder(name)
+    if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
+        return InputError(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}}"
+                          f" (and *_byte), not {name}: check --dataset")
+    extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
+    return InputError(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
+                      f"--tokenizer={tokenizer}{extra}")
+
+def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
+    path = os.path.join(data_dir, 'meta.json')
+    if not os.path.isfile(path):  # paths are relative to the working directory: name it
+        root = os.path.dirname(os.path.normpath(data_dir)) or '.'
+        where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
+                                                f"{os.getcwd()}: run from the one that holds it)")
+        raise data_error(path, 'not found' + where)
+    try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
+        meta = json.load(open(path, 'rb'))
+        meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
+                'row': meta.get('row', 0)}
+    except (ValueError, TypeError, KeyError) as e:
+        why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
+        raise data_error(path, why) from None
+    whole = all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row'))
+    if not whole or meta['row'] < 0 or meta['row'] == 1:  # (row: 0, or an SFT row's tokens)
+        raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
+                               f"{meta['row']!r}: each a whole number, a row 0 or 2 or more")
+    eot = {'byte': 256, 'gpt2': 50256}.get(str(meta['tokenizer']))  # get_tokenizer's
+    if (meta['eot'], meta['vocab_size']) != (eot, eot and eot + 1):  # (another tokenizer's data?)
+        raise data_error(path, f"says tokenizer {meta['tokenizer']!r} with eot {meta['eot']} and "
+                               f"vocab_size {meta['vocab_size']}: prepare.py's byte has 256, 257 "
+                               "and gpt2 50256, 50257")
+    with suppress(TypeError):  # (not a dtype at all: load_tokens says so)
+        dtype = np.dtype(meta['dtype'])
+        if dtype.kind not in 'ui' or np.iinfo(dtype).max < eot:
+            raise data_error(path, f"says dtype {meta['dtype']}: token ids up to {eot} need one "
+                                   "of whole numbers that holds them, e.g. uint16")
+    return meta
+
+def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
+    meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
+    try:  # numpy refuses a missing or empty file, and one that is not a whole number of tokens
+        tokens = np.memmap(path, meta['dtype'], 'r')
+    except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
+        raise data_error(path, f"is unusable ({e})") from None
+    if meta['row'] and len(tokens) % meta['row']:  # SFT: whole rows, as meta.json says
+        raise data_error(path, f"holds {len(tokens):,} tokens: not whole rows of {meta['row']}")
+    if (top := tokens.max()) >= meta['vocab_size']:  # it would index past the embedding
+        raise data_error(path, f"holds token id {top} >= vocab_size {meta['vocab_size']}")
+    return tokens
+
+def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
+    if not os.path.isfile(path):
+        raise data_error(path, 'not found')
+    lines, docs = [line for line in open(path, 'rb') if line.strip()], []
+    for line in lines:  # skipped: not UTF-8 or JSON (ValueError), not {"topic": str, "text": str}
+        with suppress(ValueError, KeyError, TypeError):
+            d = json.loads(line)
+            if isinstance(d['topic'], str) and isinstance(d['text'], str):
+                docs.append(d)
+    if not docs:
+        raise data_error(path, f"has no usable documents ({len(lines)} malformed lines)")
+    return docs, len(lines) - len(docs)
 
 def main():
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))

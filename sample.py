@@ -6,8 +6,10 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft  # side by side: same pr
 """
 import os, sys, time
 import torch
-from prepare import get_tokenizer, pieces
+from model import GPT
 from decode import generate
+from depthmap import legend, painted
+from prepare import get_tokenizer
 import guards
 
 out_dir = 'out'  # or several: out-a,out-b
@@ -24,27 +26,14 @@ show_depth = False  # colour new tokens by loop depth (with exit_at or ACT each 
 seed = 1337
 device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = the dtype the model was trained with
-_domain = {'max_new_tokens num_samples': 'x >= 1', 'temperature top_k': 'x >= 0',
-           'top_p': '0 < x <= 1', 'seed': '0 <= x < 2**64',
-           'repetition_penalty': '0.01 <= x <= 100',  # (beyond: float32 logits overflow)
-           'n_loops': 'x is None or type(x) is int and x >= 1'
-                      ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)',
-           'out_dir': 'paths', 'dtype': guards.DTYPES, 'start exit_at show_depth device': 'any'}
-_rules = []  # configurator.py checks each key's domain (x: its value) and these rules
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 # -----------------------------------------------------------------------------
-
 device = guards.get_device(device)
 start = guards.read_prompt(start)  # the text, or with FILE:path the file's
-palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
-
-def paint(text, depth, max_depth):
-    """The seed's depth map in a terminal: a background from blue (1 loop) to red (the most)."""
-    colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
-    return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
 def load(out_dir):  # a model and what sampling it needs: each option checked for this model
-    model, ckpt = guards.load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), device)
+    path = os.path.join(out_dir, 'ckpt.pt')
+    model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
     max_depth = sum(guards.check_n_loops(model, n_loops))  # (one depth for all, or one each)
     exit = guards.parse_exit(exit_at, model.config) if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
@@ -63,8 +52,7 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
               file=sys.stderr)
     x = torch.tensor(ids[-T:], dtype=torch.long, device=device)[None]
     if show_depth:
-        shown = sorted({1, (1 + max_depth) // 2, max_depth})
-        print('loop depth:', " ".join(paint(f" {d} ", d, max_depth) for d in shown))
+        print(legend(max_depth))
     with torch.no_grad(), ctx:
         for _ in range(num_samples):
             t0 = time.perf_counter()
@@ -76,10 +64,6 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
             if exit or model.config.act:  # each token its own depth: what it spent, of the most
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)
-            if show_depth:  # a character of several tokens: the most any one of them had
-                body = "".join(paint(text, depth[0, i:j].max().item(), max_depth)
-                               for text, i, j in pieces(new, decode))
-            else:
-                body = decode(new)
+            body = painted(new, depth[0], decode, max_depth) if show_depth else decode(new)
             print(decode(x[0].tolist()) + body)
             print('---------------')

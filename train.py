@@ -15,9 +15,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT
-from prepare import sft_targets, token_rows
+from prepare import sft_targets, token_rows, load_meta, load_tokens
 import guards
-from guards import autocast_dtype, load_meta, load_tokens
+from guards import autocast_dtype
 
 # -----------------------------------------------------------------------------
 # default config: the paper's 7M single-depth sandwich (v3) on the topics data
@@ -70,39 +70,41 @@ dtype = ''    # '' = bfloat16 autocast on CUDA and on CPUs with bf16 instruction
 compile = False
 seed = 1337
 overwrite = False  # True: a run from scratch may replace the checkpoint in out_dir
-# each key's valid values (x: its value; the model's: guards.MODEL_KEYS), the rules across keys
-_domain = {**guards.MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
-           'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
-           'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
-           'grad_noise noise_iters': 'x >= 0',
-           'learning_rate': 'x > 0', 'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
-           'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
-           'dtype': guards.DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
-           'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'}
-_rules = guards.MODEL_RULES + guards.TRAIN_RULES
 # -----------------------------------------------------------------------------
 config_keys = [k for k, v in globals().items()
                if not k.startswith('_') and isinstance(v, (int, float, bool, str, tuple))]
 defaults = {k: globals()[k] for k in config_keys}
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
+config = {k: globals()[k] for k in config_keys}  # as this command sets them
 # -----------------------------------------------------------------------------
-# the run's settings: the command line's; resuming, the checkpoint's but for the keys given
-# here; fine-tuning (init_from=<out_dir>), the trained model's architecture
-settings, model, ckpt = guards.run_settings({k: globals()[k] for k in config_keys}, defaults,
-                                            _rules)
-globals().update(settings)
+# start: from scratch, or from a checkpoint. Resuming takes the run's own settings but for the
+# keys given here; fine-tuning (init_from=<out_dir>) takes the trained model's architecture
+given = guards.given_keys(config, defaults)  # the keys this command sets
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
-resuming = init_from == 'resume'
-iter_num, best_val_loss = 0, float('inf')
-if resuming:
+guards.check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
+iter_num, best_val_loss, ckpt = 0, float('inf'), None
+if init_from == 'resume':
+    model, ckpt = guards.load_checkpoint(ckpt_path, GPT.from_checkpoint)
+    run = {k: v for k, v in ckpt['config'].items() if k in config and k not in guards.RUN_ONLY}
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+elif init_from != 'scratch':
+    model, ckpt = guards.load_checkpoint(os.path.join(init_from, 'ckpt.pt'), GPT.from_checkpoint,
+                                         key='init_from')
+    run = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
+if ckpt:  # a key given here that the run fixes (its model, its data) must agree with it
+    guards.check_kept(given, run, config, {*asdict(model.config), 'dataset'})
+    config = {**config, **run, **{k: config[k] for k in given}}
+    globals().update(config)
+device = guards.check_run(config, defaults)  # the rules across keys, DDP's share, the device
 if ckpt:
-    print(f"resuming from {ckpt_path} at iter {iter_num}" if resuming else
+    print(f"resuming from {ckpt_path} at iter {iter_num}" if init_from == 'resume' else
           f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
+# the data: token streams as np.memmaps, read from disk as they are used (SFT: whole rows)
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
-train_data, val_data = (load_tokens(data_dir, split) for split in ('train', 'val'))
-guards.check_train_data(settings, meta, data_dir, train_data, val_data, iter_num)
+train_data = load_tokens(data_dir, 'train')
+val_data = load_tokens(data_dir, 'val')
+guards.check_train_data(config, given, meta, data_dir, train_data, val_data, iter_num)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
@@ -136,7 +138,7 @@ if master:  # one run at a time in out_dir
     lock = guards.lock(out_dir)
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
-if resuming:
+if init_from == 'resume':
     optimizer.load_state_dict(ckpt['optimizer'])
 # the gates (ACT's, the exit gate) are clipped apart from the language model (see the loop)
 clip_groups = [[p for n, p in raw_model.named_parameters() if ('gate' in n) == gate]
@@ -264,7 +266,7 @@ while iter_num < max_iters:
     if ddp:  # every rank must see a NaN, or the others would hang
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
-    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, settings)
+    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
     if grad_noise and iter_num < noise_iters:  # alike on all ranks: the gradients are synced
         add_noise(clip_groups[0], grad_noise, torch.Generator().manual_seed(step_seed(2)))
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit

@@ -278,7 +278,7 @@ def test_broken_meta_json_is_named_with_the_fix(case, tmp_path):
     broken = META_BROKEN[case]
     (d / 'meta.json').write_bytes(broken if isinstance(broken, bytes) else broken.encode())
     with pytest.raises(ValueError) as e:
-        guards.load_meta(str(d))
+        prepare.load_meta(str(d))
     assert str(d / 'meta.json') in str(e.value) and '\n' not in str(e.value)
     assert str(e.value).endswith(f'{FIX} --data_root={tmp_path / "data"}') and raised_on_purpose(e.value)
     if case.startswith('without_'):
@@ -296,9 +296,9 @@ def test_broken_token_file_is_named_with_the_fix(case, tmp_path, monkeypatch):
     (d / 'val.bin').unlink()
     if BIN_BROKEN[case] is not None:
         (d / 'val.bin').write_bytes(BIN_BROKEN[case])
-    assert len(guards.load_tokens(DATA, 'train')) > 0  # the other split is fine
+    assert len(prepare.load_tokens(DATA, 'train')) > 0  # the other split is fine
     with pytest.raises(ValueError) as e:
-        guards.load_tokens(DATA, 'val')
+        prepare.load_tokens(DATA, 'val')
     assert str(e.value).startswith(f'{DATA}/val.bin ') and str(e.value).endswith(FIX)
     assert '\n' not in str(e.value) and raised_on_purpose(e.value)
     if case == 'id_beyond_vocab':
@@ -308,7 +308,7 @@ def test_broken_token_file_is_named_with_the_fix(case, tmp_path, monkeypatch):
 def test_missing_eval_jsonl_is_named_with_the_fix(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError) as e:
-        guards.read_eval_docs(f'{DATA}/eval.jsonl')
+        prepare.read_eval_docs(f'{DATA}/eval.jsonl')
     assert str(e.value) == f'{DATA}/eval.jsonl not found; make it with: {FIX}' and raised_on_purpose(e.value)
 
 
@@ -316,5 +316,5 @@ def test_eval_jsonl_line_that_is_not_utf8_is_counted_as_malformed(tmp_path):
     lines = [b'{"topic": "a", "text": "caf\xc3\xa9"}', b'{"topic": "a", "text": "caf\xe9"}', b'\xff\xfe',
              b'{"topic": "a", "text": "ok"}\r']
     (tmp_path / 'eval.jsonl').write_bytes(b'\n'.join(lines) + b'\n\n')
-    docs, n_bad = guards.read_eval_docs(str(tmp_path / 'eval.jsonl'))
+    docs, n_bad = prepare.read_eval_docs(str(tmp_path / 'eval.jsonl'))
     assert [d['text'] for d in docs] == ['caf\u00e9', 'ok'] and n_bad == 2

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import guards
 import prepare
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
 from model import GPT, GPTConfig
@@ -208,12 +209,12 @@ def test_every_model_is_checked_before_any_work(here, monkeypatch, capsys):
     assert not (here / 'out' / 'eval.json').exists()  # the first was not evaluated either
 
 
-def test_running_out_of_memory_is_one_line(capsys):
+def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
     """torch's own error for it (CPU: a RuntimeError; CUDA: torch.OutOfMemoryError), through the excepthook."""
-    ns = {'__file__': str(REPO / 'train.py'), '__name__': 'train', 'batch_size': 32, '_domain': {'batch_size': 'any'},
-          '_rules': []}
+    ns = {'__file__': str(REPO / 'script.py'), '__name__': 'script', 'batch_size': 32}
+    monkeypatch.setitem(guards.KEYS, 'script.py', ({'batch_size': 'any'}, []))  # a script with one key
     old_hook, old_argv = sys.excepthook, sys.argv
-    sys.argv = ['train.py']
+    sys.argv = ['script.py']
     try:
         exec((REPO / 'configurator.py').read_text(), ns)
         for err in (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
@@ -233,7 +234,7 @@ def test_a_checkpoint_of_another_version_names_the_keys(tmp_path):
     ckpt['model_args']['n_layer'] = 6
     torch.save(ckpt, tmp_path / 'ckpt.pt')
     with pytest.raises(InputError, match="n_layer"):
-        load_checkpoint(str(tmp_path / 'ckpt.pt'))
+        load_checkpoint(str(tmp_path / 'ckpt.pt'), GPT.from_checkpoint)
 
 
 # ---------------------------------------------------------------- data folders: checked; never replaced by a worse one

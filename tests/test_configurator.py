@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def report(fail, capsys):
     """Raise fail() under the hook a script gets from configurator.py -> what it prints on stderr."""
-    ns = {'__file__': str(REPO / 'script.py'), '__name__': 'script', '_domain': {}, '_rules': []}
+    ns = {'__file__': str(REPO / 'script.py'), '__name__': 'script'}  # (a script without keys)
     old_hook, old_argv = sys.excepthook, sys.argv
     sys.argv = ['script.py']
     try:
@@ -89,7 +89,7 @@ def test_an_exit_at_the_edges_is_accepted():  # (resid:0 never exits: a run at t
 @pytest.mark.parametrize('kw,message', [
     (dict(act=True, phantom=True), "GPTConfig: act picks each token's depth: it takes neither"),
     (dict(n_embd=30, n_head=4), 'GPTConfig: n_embd must be a multiple of n_head'),
-    (dict(loops=(2,), supervise=(3,)), 'GPTConfig: supervise names a depth past the last iteration (2)'),
+    (dict(loops=(2,), supervise=(3,)), 'GPTConfig: supervise lists depths once, in increasing order, up to the last (2)'),
     (dict(alpha_init=1.0), "GPTConfig: alpha_init is a sigmoid's value: between 0 and 1")])
 def test_gpt_config_checks_its_rules_for_a_library_user(kw, message):
     """model.py as a library, without configurator.py: ACT used to ignore phantom without a word."""

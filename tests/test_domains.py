@@ -1,5 +1,5 @@
-"""Issue 39: every key of every script declares its domain once (the script's `_domain` table, the model's keys in
-model.DOMAIN; `_rules` across keys), and these tests are generated from those declarations, not from a hand list:
+"""Issue 39: every key of every script declares its domain once (guards.KEYS: each script's table, the model's keys in
+guards.MODEL_KEYS; the rules across keys, in words), and these tests are generated from those declarations, not from a hand list:
 for every key, values just outside its domain and values of the wrong type must each give one `error:` line naming
 the key, and nothing written; every rule across keys is broken by a search over values that each key's domain allows;
 and a seeded random search over all keys (argument check only, NANOLOOP_ARGS_ONLY) meets no traceback. A key added
@@ -10,8 +10,10 @@ the excepthook prints as `error: ...`, a few ms each; a few of the same cases ru
 import math, random, re, runpy, sys
 
 import pytest
+from model import GPT
 
 import guards
+import prepare
 from guards import InputError, PATHS
 from harness import REPO, one_line_error, run
 
@@ -144,12 +146,14 @@ def test_every_key_declares_its_domain_once(declared):
         for key, default in defaults.items():
             if default is not None:
                 assert inside(table[key], default), f"{name}: the default {key}={default!r} is outside its domain"
-    for name in SCRIPTS:  # each key once: no key in two groups of one table
-        text = (REPO / name).read_text()
-        table = text[text.index('_domain = {'):text.index('_rules =')]
-        keys = re.findall(r"'([a-z_][a-z_ 0-9]*)':", table)
-        flat = [k for group in keys for k in group.split()]
-        assert len(flat) == len(set(flat)), f"{name}: a key declared twice"
+    import ast  # each key once: no key in two groups of one table (guards.KEYS, as written)
+    tree = ast.parse((REPO / 'guards.py').read_text())
+    keys = next(n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == 'KEYS')
+    for name, entry in zip(keys.keys, keys.values):
+        groups = [k.value for k in entry.elts[0].keys if k is not None]  # (None: **MODEL_KEYS)
+        flat = [k for group in groups for k in group.split()]
+        assert len(flat) == len(set(flat)), f"{name.value}: a key declared twice"
+    assert {k.value for k in keys.keys} == set(SCRIPTS)
 
 
 def test_every_domain_has_values_just_outside_it(declared):
@@ -279,7 +283,7 @@ def test_metadata_that_disagrees_with_its_data_is_named(meta, size, words, tmp_p
     (d / 'train.bin').write_bytes(bytes(size))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError) as e:
-        guards.load_tokens('data/topics_byte', 'train')
+        prepare.load_tokens('data/topics_byte', 'train')
     line = str(e.value)
     assert '\n' not in line and 'python prepare.py --dataset=topics --tokenizer=byte' in line
     for w in words:
@@ -303,7 +307,7 @@ def test_a_checkpoint_without_the_data_it_names_is_one_line(tmp_path):
         del ckpt[part][key]
         torch.save(ckpt, tmp_path / f'{part}.pt')
         with pytest.raises(InputError, match=rf"lacks {part}\['{key}'\]: not saved by train.py"):
-            guards.load_checkpoint(str(tmp_path / f'{part}.pt'))
+            guards.load_checkpoint(str(tmp_path / f'{part}.pt'), GPT.from_checkpoint)
 
 
 def test_nan_and_inf_are_out_of_range_and_an_idle_key_names_what_it_needs(here, monkeypatch, capsys):

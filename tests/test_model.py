@@ -1012,7 +1012,7 @@ def save_good(path):
 def test_checkpoint_round_trip(tmp_path):
     p = tmp_path / "ckpt.pt"
     m = save_good(p)
-    m2, ck = load_checkpoint(str(p))
+    m2, ck = load_checkpoint(str(p), GPT.from_checkpoint)
     assert ck['iter_num'] == 7 and m2.config == m.config and m2.config.loops == (2, 1)
     idx = batch()[0]
     m.eval()
@@ -1036,11 +1036,11 @@ def test_checkpoint_with_pickled_program_is_refused(tmp_path):
     m = make()
     torch.save({'model': m.state_dict(), 'model_args': model_args(m.config), 'x': Exploit(marker)}, p)
     with pytest.raises(ValueError, match="evil.pt is not a safe checkpoint"):
-        load_checkpoint(str(p))
+        load_checkpoint(str(p), GPT.from_checkpoint)
     assert not marker.exists()
     p.write_bytes(bytes(range(256)) * 20)  # random bytes are corrupt, not unsafe
     with pytest.raises(ValueError, match="evil.pt is truncated or not a nanoloop checkpoint"):
-        load_checkpoint(str(p))
+        load_checkpoint(str(p), GPT.from_checkpoint)
 
 
 @pytest.mark.parametrize("kind", ["truncated", "random", "text", "empty", "not_a_dict", "state_dict_only", "bad_args"])
@@ -1064,12 +1064,12 @@ def test_bad_checkpoint_files_raise_value_error_naming_the_file(tmp_path, kind):
     else:  # a dict with unknown config keys
         torch.save({'model': {}, 'model_args': {'n_layer': 3}}, p)
     with pytest.raises(ValueError, match=f"{kind}.pt"):
-        load_checkpoint(str(p))
+        load_checkpoint(str(p), GPT.from_checkpoint)
 
 
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="nope.pt"):
-        load_checkpoint(str(tmp_path / "nope.pt"))
+        load_checkpoint(str(tmp_path / "nope.pt"), GPT.from_checkpoint)
 
 
 def test_chunked_kv_cache_matches_full():

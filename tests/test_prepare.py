@@ -145,13 +145,13 @@ def assert_one_line_error(r, *needles):
 
 def read_outputs(out_dir):
     """-> (meta, held-out docs, trained docs in file order) of a prepared folder."""
-    meta = guards.load_meta(str(out_dir))
+    meta = prepare.load_meta(str(out_dir))
     _, decode, eot = prepare.get_tokenizer(meta['tokenizer'])
-    held, n_bad = guards.read_eval_docs(os.path.join(out_dir, 'eval.jsonl'))
+    held, n_bad = prepare.read_eval_docs(os.path.join(out_dir, 'eval.jsonl'))
     assert n_bad == 0
     trained = []
     for split in ('train', 'val'):
-        ids = guards.load_tokens(str(out_dir), split)
+        ids = prepare.load_tokens(str(out_dir), split)
         assert ids.dtype == np.dtype(meta['dtype']) and len(ids) and ids[-1] == eot  # EOT ends docs
         trained += [decode(doc[:-1]) for doc in np.split(ids, np.flatnonzero(ids == eot) + 1)[:-1]]
     return meta, held, trained
@@ -214,7 +214,7 @@ def test_shakespeare_keeps_order(sources, tmp_path):
     assert [d['topic'] for d in held] == ['shakespeare'] * 5
     held_texts = {d['text'] for d in held}
     assert trained == [s for s in SPEECHES if s not in held_texts]  # train then val, in order
-    assert len(guards.load_tokens(str(tmp_path / 'shakespeare_byte'), 'val')) > 0
+    assert len(prepare.load_tokens(str(tmp_path / 'shakespeare_byte'), 'val')) > 0
 
 def test_mirror_missing_file_is_one_line_error(sources, tmp_path):
     empty = tmp_path / 'empty'
@@ -317,9 +317,9 @@ def test_fineweb_over_http_token_for_token(sources, server, hf_server, tmp_path)
     r = fineweb('--shards=2', *urls, f'--data_root={root}')
     assert r.returncode == 0, r.stderr
     out = str(root / 'fineweb')
-    assert guards.load_meta(out) == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256,
+    assert prepare.load_meta(out) == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256,
                                       'dtype': 'uint16', 'row': 0}
-    train, val = guards.load_tokens(out, 'train'), guards.load_tokens(out, 'val')
+    train, val = prepare.load_tokens(out, 'train'), prepare.load_tokens(out, 'val')
     assert isinstance(train, np.memmap) and train.dtype == np.uint16
     assert train.tolist() == SHARDS['train', 1].tolist() + SHARDS['train', 2].tolist()  # no headers
     assert val.tolist() == SHARDS['val', 0].tolist()
@@ -343,12 +343,12 @@ def test_fineweb_over_http_token_for_token(sources, server, hf_server, tmp_path)
     assert_one_line_error(r, f'{url}/{HF_PATH}/fineweb_train_000003.bin', '--mirror')
     assert snapshot(out) == first  # the earlier data stays whole
     assert fineweb('--shards=3', *urls, f'--data_root={root}').returncode == 0
-    assert len(guards.load_tokens(out, 'train')) == 1000 + 777 + 50
+    assert len(prepare.load_tokens(out, 'train')) == 1000 + 777 + 50
 
 def test_fineweb_mirror_layout(sources, tmp_path):
     r = fineweb('--shards=3', f'--mirror={sources}', f'--data_root={tmp_path}')
     assert r.returncode == 0, r.stderr
-    train = guards.load_tokens(str(tmp_path / 'fineweb'), 'train')
+    train = prepare.load_tokens(str(tmp_path / 'fineweb'), 'train')
     assert np.array_equal(train, np.concatenate([SHARDS['train', i] for i in (1, 2, 3)]))
     assert not os.path.exists(tmp_path / 'downloads')  # the mirror is read in place
     r = fineweb('--shards=4', f'--mirror={sources}', f'--data_root={tmp_path}')
@@ -389,18 +389,18 @@ def test_load_meta_names_the_prepare_command(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     command = r'python prepare\.py --dataset=%s --tokenizer=%s$'
     with pytest.raises(ValueError, match=command % ('topics', 'byte')):
-        guards.load_meta('data/topics_byte')
+        prepare.load_meta('data/topics_byte')
     with pytest.raises(ValueError, match=command % ('shakespeare', 'gpt2')):
-        guards.load_meta(os.path.join('data', 'shakespeare'))
+        prepare.load_meta(os.path.join('data', 'shakespeare'))
     with pytest.raises(ValueError, match=command % ('topics', 'gpt2 --data_root=elsewhere')):
-        guards.load_meta('elsewhere/topics/')
+        prepare.load_meta('elsewhere/topics/')
 
 def test_read_eval_docs_skips_and_counts_malformed(tmp_path):
     lines = ['{"topic": "math", "text": "1 + 1 = 2"}', '{"topic": "code", "text": ',
              '{"topic": "news"}', '{"topic": "news", "text": 3}', '["topic", "text"]', '',
              '{"topic": "poetry", "text": "caf\u00e9 \u2014 \u65e5\u672c"}', 'not json at all']
     (tmp_path / 'eval.jsonl').write_text('\n'.join(lines) + '\n', encoding='utf-8')
-    docs, n_bad = guards.read_eval_docs(str(tmp_path / 'eval.jsonl'))
+    docs, n_bad = prepare.read_eval_docs(str(tmp_path / 'eval.jsonl'))
     assert [d['text'] for d in docs] == ['1 + 1 = 2', 'caf\u00e9 \u2014 \u65e5\u672c']
     assert n_bad == 5
 

@@ -50,10 +50,10 @@ def test_prepare_sft_rows(sources, tmp_path, monkeypatch):
     r = run(REPO, 'prepare.py', '--dataset=sft', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={root}',
             '--block_size=56', '--eval_docs=1')
     out = ok(r)
-    meta = guards.load_meta(str(root / 'sft_byte'))
+    meta = prepare.load_meta(str(root / 'sft_byte'))
     assert meta['row'] == 56
     rows = np.fromfile(root / 'sft_byte' / 'train.bin', np.uint16).reshape(-1, 56)
-    held, _ = guards.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
+    held, _ = prepare.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
     samples = {(d['text'], d['answer']) for d in held}
     monkeypatch.setattr(prepare, 'mirror', sources)
     pairs = {*prepare.code_pairs(), *prepare.math_pairs(), *prepare.dialogue_pairs()}
@@ -83,7 +83,7 @@ def test_held_out_sft_samples_share_no_content_with_sft_rows_or_pre_training(sou
     for name in ('topics', 'sft'):
         ok(run(REPO, 'prepare.py', f'--dataset={name}', '--tokenizer=byte', f'--mirror={sources}',
                f'--data_root={root}', '--block_size=64', '--eval_docs=2'))
-    held, _ = guards.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
+    held, _ = prepare.read_eval_docs(str(root / 'sft_byte' / 'eval.jsonl'))
     assert {d['topic'] for d in held} == {'code', 'math'}  # both held-out dialogues repeat a turn
     text = lambda ids: bytes(ids[ids != EOT].tolist()).decode()
     pre_training = ''.join(text(np.fromfile(root / 'topics_byte' / f, np.uint16)) for f in ('train.bin', 'val.bin'))
@@ -95,7 +95,7 @@ def test_held_out_sft_samples_share_no_content_with_sft_rows_or_pre_training(sou
     for d in held:
         assert d['text'] not in kept and d['answer'] not in kept
         assert d['text'] not in pre_training and d['answer'] not in pre_training
-    topics_held, _ = guards.read_eval_docs(str(root / 'topics_byte' / 'eval.jsonl'))
+    topics_held, _ = prepare.read_eval_docs(str(root / 'topics_byte' / 'eval.jsonl'))
     assert all(d['text'] + '\n' + d['answer'] in {t['text'] for t in topics_held} for d in held)
 
 

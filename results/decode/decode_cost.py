@@ -9,6 +9,7 @@ import torch
 import model as M
 import decode as D
 from guards import load_checkpoint, parse_exit
+from model import GPT
 from prepare import get_tokenizer
 
 acc = {}
@@ -33,7 +34,7 @@ timed(D.KVCache, 'skip', 'KVCache.skip')
 
 torch.set_grad_enabled(False)
 torch.set_num_threads(1)
-model, ckpt = load_checkpoint(os.path.join(sys.argv[1], 'ckpt.pt'))
+model, ckpt = load_checkpoint(os.path.join(sys.argv[1], 'ckpt.pt'), GPT.from_checkpoint)
 model.eval()
 encode = get_tokenizer(ckpt['meta']['tokenizer'])[0]
 start = torch.tensor([encode("Question: Tom has 12 apples and buys 7 more. How many now? A:")])

@@ -2,10 +2,11 @@
 # between the two whole depths around it, paired on the same tokens; SE over the 160 val rows.
 # $ PYTHONPATH=. python results/frontier/paired_se.py
 import torch, eval as ev, frontier as fr
-from model import load_checkpoint
+from guards import load_checkpoint
+from model import GPT
 from prepare import load_tokens
 fr.batch_size = 16
-m, ck = load_checkpoint('out-cpu-multi/ckpt.pt'); m.eval()
+m, ck = load_checkpoint('out-cpu-multi/ckpt.pt', GPT.from_checkpoint); m.eval()
 rows = ev.val_rows(load_tokens('data/topics_byte', 'val'), 128, 10 * 16, 1337)
 nll, maxprob, resid = fr.every_depth(m, rows)
 for t in (0.1, 0.05):

@@ -2,10 +2,11 @@
 # held-out documents at the trained depth (|z_(k-1)| = moved / resid).
 # $ PYTHONPATH=. python results/frontier/probe_norm.py out-cpu-single out-cpu-multi
 import sys, os, numpy as np, torch, eval as ev
-from model import load_checkpoint
+from guards import load_checkpoint
+from model import GPT
 from prepare import get_tokenizer, read_eval_docs
 for out_dir in sys.argv[1:]:
-    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt')); model.eval()
+    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), GPT.from_checkpoint); model.eval()
     encode, _, eot = get_tokenizer(ckpt['meta']['tokenizer'])
     docs, _ = read_eval_docs(os.path.join('data', ckpt['config']['dataset'], 'eval.jsonl'))
     x, real = ev.pack_docs([encode(d['text']) for d in docs], eot, model.config.block_size)

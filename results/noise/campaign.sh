@@ -8,10 +8,12 @@ T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
 run() { python frontier.py --results=results/noise --runs=runs-noise --jobs=2 "$@"; }
 # 1. a seed-1 screen of r, beside multi and the gate recipe
 run --seeds="(1,)" --models=multi+$T,exit-10-early+$T,multi+$T+n0.5,multi+$T+n1,multi+$T+n2,multi+$T+n4
+# (r grew better up to 4 at iter 450 of seed 1: the screen goes on to 8 and 16)
+run --seeds="(1,)" --models=multi+$T+n8,multi+$T+n16
 # the best r: the lowest val NLL at k=12 at seed 1
 R=$(python -c "
 import json
-nll = {r: next(p['nll'] for p in json.load(open(f'results/noise/runs/multi+$T+n{r}-s1.json'))['val']['fixed'] if p['t'] == 12) for r in ('0.5', '1', '2', '4')}
+nll = {r: next(p['nll'] for p in json.load(open(f'results/noise/runs/multi+$T+n{r}-s1.json'))['val']['fixed'] if p['t'] == 12) for r in ('0.5', '1', '2', '4', '8', '16')}
 print(min(nll, key=nll.get))")
 echo "best r at seed 1: $R"
 # 2. the best r at 5 seeds beside multi and the gate recipe, on the same batches

@@ -2,12 +2,13 @@
 # $ PYTHONPATH=. python results/sft/eot_in_generations.py out-cpu-single out-cpu-sft ...
 import torch, sys
 from guards import load_checkpoint
+from model import GPT
 from decode import generate
 from prepare import get_tokenizer
 prompts = ["How was your weekend?", "What is 12 + 7?", "Write a function that adds two numbers.", "The market opened", "Shall I compare thee"]
 for d in sys.argv[1:]:
     torch.manual_seed(1337)
-    m, ck = load_checkpoint(f'{d}/ckpt.pt'); m.eval()
+    m, ck = load_checkpoint(f'{d}/ckpt.pt', GPT.from_checkpoint); m.eval()
     enc, dec, eot = get_tokenizer(ck['meta']['tokenizer'])
     n_eot = n = 0; first = []
     for p in prompts:

@@ -1,0 +1,43 @@
+"""
+Depth maps: each token coloured by how many loop iterations it got, in a terminal (sample.py
+--show_depth=True) and as an HTML page (eval.py --html=map.html).
+"""
+import os
+from html import escape as esc
+from prepare import pieces
+
+palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
+
+def paint(text, depth, max_depth):
+    """The seed's depth map in a terminal: a background from blue (1 loop) to red (the most)."""
+    colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
+    return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
+
+def legend(max_depth):  # the terminal map's key: the shallowest, a middle and the deepest colour
+    shown = sorted({1, (1 + max_depth) // 2, max_depth})
+    return 'loop depth: ' + " ".join(paint(f" {d} ", d, max_depth) for d in shown)
+
+def painted(ids, depth, decode, max_depth):  # new tokens (their depths (N,)) in their colours
+    # a character of several tokens: the most any one of them had
+    return "".join(paint(text, depth[i:j].max().item(), max_depth)
+                   for text, i, j in pieces(ids, decode))
+
+def write_html(path, docs, tokens, depth, decode, what):
+    """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`. Every
+    text is escaped: a document may hold markup."""
+    hi = max(int(depth.max()), 1)
+    colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
+    legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
+                     for d in range(int(depth.min()), hi + 1))
+    page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
+            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}</p>']
+    for doc, toks, row in zip(docs, tokens, depth):
+        spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
+        for text, a, b in pieces(toks[1:len(row) + 1], decode):  # a span a character
+            d = row[a:b].max().item()  # (a character of several tokens: the most of them)
+            spans += f'<span style="background:{colour(d)}">{esc(text)}</span>'
+        page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write('\n'.join(page) + '</body>\n')
+
