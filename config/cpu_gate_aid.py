@@ -5,7 +5,7 @@
 # exit_beta = 10 holds the exit distribution uniform, so the loss is multi-depth supervision's own
 # plus the gate's. The gate's gradient reaches the language model through the states, and does all
 # its good in the first 100 steps: from then on the gate reads detached states (it still learns).
-# frontier.py trains it as `exit-10-early-1500`. Use it with or without an exit: eval.py and
+# lab/frontier.py trains it as `exit-10-early-1500`. Use it with or without an exit: eval.py and
 # sample.py run every token all 12 loops unless --exit_at or --n_loops says otherwise.
 # $ python train.py config/cpu_gate_aid.py && python eval.py --out_dir=out-cpu-gate-aid
 include('cpu_exit.py')

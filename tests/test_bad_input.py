@@ -240,7 +240,7 @@ RULES = {  # name: (script and args, words the one error line must contain)
     'train_dataset_empty': (('train.py', '--dataset='), ["dataset=''", "dataset != ''"]),
     'train_init_from_empty': (('train.py', '--init_from='), ["init_from=''", "init_from != ''"]),
     'bench_prompt_empty': (('bench.py', '--prompt='), ["prompt=''", "prompt != ''"]),
-    'frontier_results_empty': (('frontier.py', '--results='), ["results=''", "results != ''"]),
+    'frontier_results_empty': (('lab/frontier.py', '--results='), ["results=''", "results != ''"]),
 }
 
 

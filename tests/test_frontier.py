@@ -1,4 +1,4 @@
-"""frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
+"""lab/frontier.py, the seeded campaign: FLOPs against torch's FlopCounterMode, the selection exit, the
 oracle, the monotone envelope and the verdict rule on hand-made cases; a run that stopped early;
 and the whole command on tiny models, whose rerun trains nothing and writes the same tables."""
 import json, os, re, runpy, shutil, subprocess, sys
@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from harness import PATIENCE, REPO, SERVER, make_data, run
-import frontier
+from lab import frontier
 from model import GPT, GPTConfig
 
 
@@ -125,7 +125,7 @@ def make_sft_data(root):
 
 
 def frontier_py(tmp_path, *args, monkeypatch, capsys):
-    """`python frontier.py args` in tmp_path, its main block run here; each train.py it starts (with
+    """`python lab/frontier.py args` in tmp_path, its main block run here; each train.py it starts (with
     subprocess.run, which inherits the environment) runs in a process forked from harness.SERVER, as it
     would in a python of its own -> frontier.py's stdout."""
     def train_py(cmd, stdout, stderr):
@@ -134,10 +134,10 @@ def frontier_py(tmp_path, *args, monkeypatch, capsys):
         return subprocess.CompletedProcess(cmd, p.wait(timeout=PATIENCE))
     with monkeypatch.context() as m:
         m.chdir(tmp_path)
-        m.setattr(sys, 'argv', ['frontier.py', *args])
+        m.setattr(sys, 'argv', ['lab/frontier.py', *args])
         m.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
         m.setattr(subprocess, 'run', train_py)
-        runpy.run_path(str(REPO / 'frontier.py'), run_name='__main__')
+        runpy.run_path(str(REPO / 'lab' / 'frontier.py'), run_name='__main__')
     return capsys.readouterr().out
 
 
@@ -216,15 +216,15 @@ def test_a_failed_training_is_one_line(trainer, tmp_path):
 
 
 def test_unknown_model_is_a_one_line_error(tmp_path):
-    r = run(tmp_path, 'frontier.py', '--models=single,nope')
+    r = run(tmp_path, 'lab/frontier.py', '--models=single,nope')
     assert r.returncode == 1 and 'models' in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_the_default_models_are_the_ones_results_seeds_holds():
-    """So `python frontier.py --results=results/seeds` on a fresh clone trains nothing (a model
+    """So `python lab/frontier.py --results=results/seeds` on a fresh clone trains nothing (a model
     whose option left the code keeps its runs for the page only)."""
     held = {p.name.rsplit('-s', 1)[0] for p in (REPO / 'results/seeds/runs').glob('*.json')}
-    assert held - (set(frontier.FIXED_MODELS) - set(frontier.MODELS)) == set(frontier.STUDY)
+    assert held & set(frontier.MODELS) == set(frontier.STUDY)
 
 
 def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
@@ -237,10 +237,27 @@ def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
     assert len(pages) >= 4
 
 
+def test_a_model_whose_code_left_keeps_its_place_on_its_page(tmp_path, monkeypatch):
+    """A model that ran but is no longer in MODELS (its training code left) is shown where the page
+    being rewritten shows it, and only in the tables that show it; on a new page, after the others,
+    by name. (The committed pages hold such models: results/depth's probe, embed, inject.)"""
+    runs = {n: {1: {}} for n in ('single', 'multi', 'warmup', 'zeta', 'alpha', 'multi+w100')}
+    monkeypatch.setattr(frontier, 'results', str(tmp_path))
+    shown = lambda names, heading: frontier.shown(runs, names, heading)
+    assert shown(frontier.FIXED_MODELS, '## 1-2.') == ['single', 'multi', 'warmup', 'alpha', 'zeta']
+    (tmp_path / 'findings.md').write_text(
+        '# The seeded findings\n\n## 1-2. The trade-off law\n\n| model | k=1 |\n| --- | --- |\n'
+        '| single | 2 |\n| zeta | 2 |\n| multi | 2 |\n| warmup | 2 |\n| alpha | 2 |\n\n'
+        '## 4. Phantom gradient\n\n| model | val NLL |\n| --- | --- |\n| single | 2 |\n')
+    assert shown(frontier.FIXED_MODELS, '## 1-2.') == ['single', 'zeta', 'multi', 'warmup', 'alpha']
+    assert shown(frontier.PT_MODELS, '## 4.') == ['single', 'multi', 'warmup']
+    assert shown(frontier.DEPTH_MODELS, '## 10.') == ['warmup', 'alpha', 'zeta']  # (no such table)
+
+
 def test_from_runs_rewrites_a_page_from_its_runs_and_trains_nothing(tmp_path):
     """--from_runs=True: the page of a folder's runs/*.json as they are, without data or runs."""
     shutil.copytree(REPO / 'results' / 'gate' / 'runs', tmp_path / 'gate' / 'runs')
-    r = subprocess.run([sys.executable, str(REPO / 'frontier.py'), '--results=gate',
+    r = subprocess.run([sys.executable, str(REPO / 'lab' / 'frontier.py'), '--results=gate',
                         '--from_runs=True', '--runs=nowhere'], cwd=tmp_path, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr

@@ -1,6 +1,6 @@
 """bench.py's ratios of two trees, paired run by run: FOLDER/A-<i>.md and B-<i>.md are bench.py's
 outputs, run in turn (A B A B ...); writes FOLDER.md, each ratio's mean B - A over the pairs.
-$ python results/redesign/bench_pairs.py results/redesign/bench_c2945b8 "c2945b8" "ae360c4" """
+$ python lab/redesign/bench_pairs.py results/redesign/bench_c2945b8 "c2945b8" "ae360c4" """
 import re, sys, glob, statistics as st
 
 folder, a_name, b_name = sys.argv[1:4]
@@ -15,7 +15,7 @@ for path in sorted(glob.glob(f'{folder}/[AB]-*.md')):
                     float(m[1]))
 out = [f"# bench.py's ratios, {a_name} (A) against {b_name} (B)", "",
        f"Raw outputs: {folder}/ (A-i, B-i run in turn). Written by `python "
-       f"results/redesign/bench_pairs.py {folder} {a_name} {b_name}`; a difference is the mean "
+       f"lab/redesign/bench_pairs.py {folder} {a_name} {b_name}`; a difference is the mean "
        "B - A over the pairs ± its standard error.", "",
        "| row | ratio | A | B | B - A |", "| --- | --- | --- | --- | --- |"]
 for (row, what), d in ratios.items():

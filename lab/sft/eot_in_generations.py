@@ -1,5 +1,5 @@
 # How much of what each model generates is EOT padding (the study: SFT makes models "pad-spam").
-# $ PYTHONPATH=. python results/sft/eot_in_generations.py out-cpu-single out-cpu-sft ...
+# $ PYTHONPATH=. python lab/sft/eot_in_generations.py out-cpu-single out-cpu-sft ...
 import torch, sys
 from guards import load_checkpoint
 from model import GPT

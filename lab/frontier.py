@@ -5,10 +5,10 @@ findings (mean +/- standard error over the seeds, each difference with its verdi
 frontier, compute in forward FLOPs per token:
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
-$ python frontier.py                           # trains what is missing, measures: out-frontier/
-$ python frontier.py --results=results/seeds   # the same, over the committed results
-$ python frontier.py --results=results/tuned --from_runs=True  # its page from its runs/*.json
-$ python frontier.py --results=results/gate --jobs=2 \
+$ python lab/frontier.py                          # trains what is missing, measures: out-frontier/
+$ python lab/frontier.py --results=results/seeds  # the same, over the committed results
+$ python lab/frontier.py --results=results/tuned --from_runs=True  # its page from its runs/*.json
+$ python lab/frontier.py --results=results/gate --jobs=2 \
       --models=multi,single,exit-10,warmup,exit-10-warmup,exit-10-detach,exit-10-late,exit-10-early
 A finished run is never trained again (one that stopped early is resumed, never measured
 half-trained); a measured run keeps runs/<model>-s<seed>.json, so a rerun trains nothing. A
@@ -18,9 +18,12 @@ is multi with --warmup_iters=100 --grad_clip=0.25.
 """
 import os
 import sys
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository root, which
+sys.path.insert(0, HERE)  # holds the modules imported below, train.py, config/: run from anywhere
 import glob
 import json
 import math
+import re
 import html
 import string
 import itertools
@@ -35,7 +38,6 @@ from model import GPT
 from prepare import sft_targets, load_meta, load_tokens
 from guards import InputError, check_output, load_checkpoint, saving, ran_on
 
-HERE = os.path.dirname(os.path.abspath(__file__))  # train.py, config/: run from any folder
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
 WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU
 # the arms confirmed at 1,500 steps and at a wider shape ('{}' in an argument: the run's steps)
@@ -292,12 +294,9 @@ def read_runs(folder):
     return {name: runs[name] for name in [*MODELS, *sorted(runs)] if name in runs}
 
 # ----------------------------------------------------------------------------- the findings
-DEPTH_MODELS = ['exit-10', 'probe', 'embed', 'inject', 'warmup', 'exit-10-warmup',  # multi + ..
-                'exit-10-detach', 'exit-10-late', 'exit-10-early', 'exit-10-sham-noise',
-                'exit-10-sham-fixed']  # (probe, embed, inject, the shams: for the pages of
-# results/depth and results/tuned; gone from MODELS and train.py since 6280d14 and 9336524;
-# exit-0.1-II, Ouro's stage II, for results/seeds: gone with the learned exit after c2945b8)
-FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', 'exit-0.1-II', *DEPTH_MODELS]  # one shape
+DEPTH_MODELS = ['exit-10', 'warmup', 'exit-10-warmup', 'exit-10-detach', 'exit-10-late',
+                'exit-10-early']  # multi-depth supervision and one change (section 10)
+FIXED_MODELS = ['single', 'multi', 'phantom', 'exit-0.1', *DEPTH_MODELS]  # one shape
 ACT_MODELS = ['act-0.001', 'act-0.003', 'act-0.01']
 PT_MODELS = ['single', 'multi', 'phantom', 'sandwich3', 'plain', 'exit-0.1', *DEPTH_MODELS,
              *ACT_MODELS]
@@ -394,7 +393,8 @@ def tradeoff(runs, names):
 def depth_signals(runs, suffix=''):
     """What makes exit-10 train better: each arm is multi-depth supervision plus one change, paired
     by seed with multi, single, exit-10 and exit-10-early of its schedule ('', '-1500', '-wide')."""
-    names = [n + suffix for n in ['single', 'multi', *DEPTH_MODELS] if runs.get(n + suffix)]
+    names = [n + suffix for n in ['single', 'multi', *DEPTH_MODELS]]
+    names = [n for n in names if runs.get(n)] if suffix else shown(runs, names, '## 10.')
     bases = [base + suffix for base in ('multi', 'single', 'exit-10', 'exit-10-early')]
     values = [('NLL at k=1', at(1)), ('NLL at k=12', at(12)), ('the k=1 penalty', k1_penalty)]
     named = [(f"{n} minus {base}: {what}", paired(runs, n, base, value))
@@ -501,17 +501,18 @@ def sft(runs, names):
 def findings(runs):  # -> the findings page (markdown): every table, from the measured runs
     have = lambda names: [n for n in names if runs.get(n)]
     seeds = sorted({s for per in runs.values() for s in per})
-    parts = [f"# The seeded findings\n\n{hand_note()}Written by `python frontier.py "
+    parts = [f"# The seeded findings\n\n{hand_note()}Written by `python lab/frontier.py "
              f"--results={results}` from `{results}/runs/*.json`, seeds "
              f"{', '.join(map(str, seeds))}. A cell is the mean ± the standard error over the "
              "seeds; a difference is a **finding** when its mean exceeds t(0.975, n-1) "
              "standard errors over its n seeds (4.30 at 3, 2.78 at 5; paired by seed), else "
              "*not established*, and 2 seeds give no verdict; (+x SE) is the mean over its "
              "standard error. " + where_ran(runs) + "\n"]
+    fixed, pretrained = shown(runs, FIXED_MODELS, '## 1-2.'), shown(runs, PT_MODELS, '## 4.')
     if runs.get('single'):
-        parts += [tradeoff(runs, have(FIXED_MODELS)), exits(runs, have(FIXED_MODELS))]
-    if have(PT_MODELS):
-        parts += [training(runs, have(PT_MODELS)), documents(runs, have(PT_MODELS)),
+        parts += [tradeoff(runs, fixed), exits(runs, fixed)]
+    if pretrained:
+        parts += [training(runs, pretrained), documents(runs, pretrained),
                   act_depths(runs, have(ACT_MODELS))]
     if have(SFT_MODELS) == SFT_MODELS:
         parts.append(sft(runs, SFT_MODELS))
@@ -524,12 +525,32 @@ def findings(runs):  # -> the findings page (markdown): every table, from the me
             parts += [depth_signals(runs, suffix), exits(runs, have(schedule(suffix)))]
     return '\n'.join(parts)
 
+def page():  # the findings page that this run rewrites ('' if there is none yet)
+    path = os.path.join(results, 'findings.md')
+    return open(path).read() if os.path.exists(path) else ''
+
 def hand_note():
     """The page's note written by hand (a '> ' block under its title), kept by every rewrite."""
-    path = os.path.join(results, 'findings.md')
-    lines = open(path).read().split('\n')[2:] if os.path.exists(path) else []
-    note = list(itertools.takewhile(lambda line: line.startswith('>'), lines))
+    note = list(itertools.takewhile(lambda line: line.startswith('>'), page().split('\n')[2:]))
     return '\n'.join(note) + '\n\n' if note else ''
+
+def shown(runs, names, heading):
+    """-> the models of a table: those of `names` that ran, in that order, and the models that ran
+    whose training code left (neither in MODELS nor a tuned arm): where the page being rewritten
+    shows them, under the first heading that starts with `heading`, there (each after the model
+    above it); on a page without that table, after the others, by name."""
+    out = [n for n in names if runs.get(n)]
+    gone = sorted(n for n in runs if runs[n] and n not in MODELS and '+' not in n)
+    table = re.search(rf'^{re.escape(heading)} .*?(?=^## |\Z)', page(), re.M | re.S)
+    if not table:
+        return out + gone
+    place = 0  # where the next one goes: after the last row seen that is in `out`
+    for n in dict.fromkeys(re.findall(r'^\| ([^|]+?) \|', table[0], re.M)):
+        if n in gone:
+            out.insert(place, n)
+        if n in out:
+            place = out.index(n) + 1
+    return out
 
 def where_ran(runs):  # -> a sentence: the commits and machines the runs record (ran_on)
     where = [r.get('ran_on') for per in runs.values() for r in per.values()]

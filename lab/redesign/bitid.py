@@ -4,7 +4,7 @@ then compares the weights (max abs difference: must be 0.0), and for each traine
 eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be byte-identical).
 What left the code on purpose is left out of the comparison: the absolute-residual probe (an
 eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680.
-$ python results/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
+$ python lab/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
 Writes results/redesign/bitid.md (of the checkout it runs from)."""
 import os, sys, json, shutil, subprocess, tempfile
 import torch
@@ -58,10 +58,10 @@ for name in CONFIGS:
     rows.append(f"| {name} | {diff if same_keys else 'other tensors: ' + str(set(wa) ^ set(wb))}"
                 f" | {'identical' if ea == eb else 'DIFFERS'} | "
                 f"{'identical' if sa == sb else 'DIFFERS'} |")
-here = os.path.dirname(os.path.abspath(__file__))
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results', 'redesign')
 commit = lambda t: subprocess.run(['git', '-C', t, 'rev-parse', '--short', 'HEAD'],
                                   capture_output=True, text=True).stdout.strip()
-text = (f"# Bit-identical across the redesign\n\n`python results/redesign/bitid.py A B`, A at "
+text = (f"# Bit-identical across the redesign\n\n`python lab/redesign/bitid.py A B`, A at "
         f"{commit(A)}, B at {commit(B)} (B's working tree as it was): 12 steps of each config, "
         "seed 1337, one thread.\n\n" + '\n'.join(rows) + '\n')
 if len(sys.argv) <= 3:  # (only the whole check writes its page)

@@ -1,7 +1,7 @@
 """Compiled vs eager training step on CPU, for a plain, a phantom and an ACT model of cpu_single's
 shape: train.py's own loop, its logged ms/iter after warm-up, and the graph breaks and recompiles
 that TORCH_LOGS reports. Writes results/compile/compile_step.md.
-$ OMP_NUM_THREADS=1 python results/compile/compile_step.py   (needs data/topics_byte: prepare.py)
+$ OMP_NUM_THREADS=1 python lab/compile/compile_step.py   (needs data/topics_byte: prepare.py)
 """
 import os, re, subprocess, sys, statistics
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,5 +30,5 @@ for name in CONFIGS:
     print(rows[-1], flush=True)
 with open(os.path.join(ROOT, 'results', 'compile', 'compile_step.md'), 'w') as f:
     f.write(f"`OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '')} python "
-            "results/compile/compile_step.py`, torch " + __import__('torch').__version__ + "\n\n")
+            "lab/compile/compile_step.py`, torch " + __import__('torch').__version__ + "\n\n")
     f.write('\n'.join(rows) + '\n')

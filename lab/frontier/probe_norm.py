@@ -1,6 +1,6 @@
 # Why the relative residual's r with NLL is negative: r of each part, over the real tokens of the
 # held-out documents at the trained depth (|z_(k-1)| = moved / resid).
-# $ PYTHONPATH=. python results/frontier/probe_norm.py out-cpu-single out-cpu-multi
+# $ PYTHONPATH=. python lab/frontier/probe_norm.py out-cpu-single out-cpu-multi
 import sys, os, numpy as np, torch, eval as ev
 from guards import load_checkpoint
 from model import GPT

@@ -5,7 +5,7 @@ on the language model's parameters (all but the gate) is split in two: g_nll, of
 sum_t p_t NLL_t (the loss at exit_beta=0, on the same batch), and g_gate = g_total - g_nll, of the
 gate's entropy bonus -exit_beta * H(p), which reaches them through the states. Writes
 results/depth/gradients.txt.
-$ OMP_NUM_THREADS=1 python results/depth/gradients.py"""
+$ OMP_NUM_THREADS=1 python lab/depth/gradients.py"""
 import math
 import os
 import sys
@@ -70,5 +70,5 @@ for it in range(301):
     for params in (lm, gate):  # train.py's clip groups
         torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step()
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'gradients.txt'), 'w') as f:
+with open(os.path.join(root, 'results', 'depth', 'gradients.txt'), 'w') as f:
     f.write('\n'.join(lines) + '\n')

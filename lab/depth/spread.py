@@ -1,21 +1,21 @@
 """The same command and seed on two machines: results/seeds (another machine) against results/depth
 (this one), val NLL at k=1 and k=12 for the models both trained. Writes results/depth/spread.txt.
-$ python results/depth/spread.py"""
+$ python lab/depth/spread.py"""
 import json
 import os
 
-here = os.path.dirname(os.path.abspath(__file__))
+results = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results')
 lines = ['model seed | k=1 here, there, difference | k=12 here, there, difference']
 for name in ('multi', 'single'):
     for seed in (1, 2, 3):
         nll = {}
         for where in ('depth', 'seeds'):
-            path = os.path.join(here, '..', where, 'runs', f'{name}-s{seed}.json')
+            path = os.path.join(results, where, 'runs', f'{name}-s{seed}.json')
             with open(path) as f:
                 fixed = json.load(f)['val']['fixed']
             nll[where] = (fixed[0]['nll'], fixed[11]['nll'])
         cells = [f"{a:.3f}, {b:.3f}, {a - b:+.3f}" for a, b in zip(nll['depth'], nll['seeds'])]
         lines.append(f"{name} {seed} | " + ' | '.join(cells))
-with open(os.path.join(here, 'spread.txt'), 'w') as f:
+with open(os.path.join(results, 'depth', 'spread.txt'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
 print('\n'.join(lines))

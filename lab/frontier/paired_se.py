@@ -1,6 +1,9 @@
 # The multi-depth model's resid selection exit against the same mean compute spent uniformly at random
 # between the two whole depths around it, paired on the same tokens; SE over the 160 val rows.
-# $ PYTHONPATH=. python results/frontier/paired_se.py
+# $ python lab/frontier/paired_se.py
+import os, sys
+lab = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(lab), lab]  # the repository root's modules, and lab/frontier.py
 import torch, eval as ev, frontier as fr
 from guards import load_checkpoint
 from model import GPT

@@ -2,10 +2,10 @@
 # Issue 48's campaign: plain gradient noise (train.py grad_noise) against the gate recipe and multi,
 # all at the tuned settings (d=64, 750 steps), trained at one commit on one machine.
 # Run from a checkout's root with data/topics_byte and data/sft_byte prepared:
-# $ bash results/noise/campaign.sh   (about 30 runs at 2 jobs of one thread: 2-3 hours on 2 cores)
+# $ bash lab/noise/campaign.sh   (about 30 runs at 2 jobs of one thread: 2-3 hours on 2 cores)
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
-run() { python frontier.py --results=results/noise --runs=runs-noise --jobs=2 "$@"; }
+run() { python lab/frontier.py --results=results/noise --runs=runs-noise --jobs=2 "$@"; }
 # 1. a seed-1 screen of r, beside multi and the gate recipe
 run --seeds="(1,)" --models=multi+$T,exit-10-early+$T,multi+$T+n0.5,multi+$T+n1,multi+$T+n2,multi+$T+n4
 # (r grew better up to 4 at iter 450 of seed 1: the screen goes on to 8 and 16)
