@@ -1,9 +1,9 @@
 """
 A tied-depth ("looped") GPT, each tied segment (Loop) one block run k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-In reading order: the config, the blocks, the tied loop (alpha, phantom, per-token depth), the
-post-hoc exits and ACT, then the GPT: GPT.forward, GPT.objective (multi-depth supervision), the
-readout and a plain generate. Fast decoding (the KV cache, sampling extras) is in decode.py.
+In reading order: the config, the blocks, the tied loop (alpha, phantom, per-token depth), ACT,
+then the GPT: GPT.forward, GPT.objective (multi-depth supervision), the readout, a plain generate.
+Beside it: decode.py (post-hoc exits, KV cache, sampling extras), exitgate.py (Ouro's exit gate).
 """
 import math
 from dataclasses import dataclass
@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 from decode import Exit
+from exitgate import ExitGate
 
 @dataclass
 class GPTConfig:
@@ -337,39 +338,6 @@ class GPT(nn.Module):
             probs = F.softmax(logits, dim=-1)
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
         return idx
-
-class ExitGate(nn.Module):
-    """Ouro's learned exit. At each supervised depth t but the last a gate gives each token
-    lambda_t, its chance to stop there if it has not before: the exit distribution is
-        p_t = lambda_t * prod_(j<t) (1 - lambda_j),  the last depth taking what remains.
-    Training: loss = sum_t p_t NLL_t - beta * H(p), per token (uniform p: multi-depth loss)."""
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.gate = zero_linear(c.n_embd, 1)  # lambda = 0.5 everywhere at the start
-        self.detached = False  # True (train.py gate_detached): its gradient stops at the gate
-
-    def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
-        if self.detached:
-            z = z.detach()
-        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
-
-    def distribution(self, states):
-        """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
-        p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
-        for z in states:
-            lam = self.lam(z)
-            p.append(survive * lam)
-            survive = survive * (1 - lam)
-        return torch.stack(p + [survive])
-
-    def loss(self, states, nlls, mask):
-        """nlls (depths, B, T): each token's NLL at every supervised depth; mask: real targets."""
-        p = self.distribution(states)
-        expected = (p * nlls).sum(0)
-        entropy = -(p * p.clamp_min(1e-12).log()).sum(0)
-        per_token = expected - self.c.exit_beta * entropy
-        return (per_token * mask).sum() / mask.sum()
 
 def zero_linear(n_in, n_out):
     """Zeros, drawing no random number: with a gate, seed s gives the same other weights."""

@@ -122,8 +122,7 @@ rank = 0
 if ddp:
     dist.init_process_group(backend=backend or ('nccl' if 'cuda' in device else 'gloo'))
     rank = dist.get_rank()
-    if 'cuda' in device:
-        device = f'cuda:{os.environ["LOCAL_RANK"]}'
+    if 'cuda' in device:  # (check_run gave this rank its own GPU: cuda:LOCAL_RANK)
         torch.cuda.set_device(device)
 world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
 micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
@@ -211,19 +210,17 @@ def save_checkpoint():
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
 def log_line(lossf, info, lr, dt):
-    parts = [f"iter {iter_num}: loss {lossf:.4f}"]
+    line = f"iter {iter_num}: loss {lossf:.4f}"
     if len(info['losses']) > 1:  # multi-depth supervision: the loss at each supervised depth
-        depths = [f"k{k}:{v.item():.3f}" for k, v in info['losses'].items()]
-        parts.append("depths " + " ".join(depths))
+        line += ", depths " + " ".join(f"k{k}:{v.item():.3f}" for k, v in info['losses'].items())
     if info['ponder'] is not None:  # ACT: the mean depth the gate chose
-        depth = info['depth'].float().mean().item()
-        parts.append(f"depth {depth:.2f} ponder {info['ponder'].item():.2f}")
+        line += f", depth {info['depth'].float().mean():.2f} ponder {info['ponder']:.2f}"
     if gptconf.loops:
-        parts.append("alpha " + "/".join(f"{a:.3f}" for a in raw_model.alphas()))
-    parts.append(f"lr {lr:.2e}, {dt * 1000:.0f}ms/iter, {tokens_per_iter / dt:,.0f} tok/s")
+        line += ", alpha " + "/".join(f"{a:.3f}" for a in raw_model.alphas())
+    line += f", lr {lr:.2e}, {dt * 1000:.0f}ms/iter, {tokens_per_iter / dt:,.0f} tok/s"
     if device_type == 'cuda':  # the most GPU memory the run has held so far
-        parts.append(f"peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
-    return ", ".join(parts)
+        line += f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
+    return line
 
 if master:
     distinct, unrolled = raw_model.num_params()

@@ -11,7 +11,7 @@ def quotes(guide):
     out = []
     for line in guide.splitlines():
         cells = [c.strip() for c in re.split(r'(?<!\\)\|', line)[1:-1]]  # '\|' is a '|' inside code
-        file = re.search(r'\w+\.py', cells[1]) if len(cells) == 3 else None
+        file = re.search(r'[\w/]+\.py', cells[1]) if len(cells) == 3 else None
         if file:
             out += [(file.group(0), q.replace('\\|', '|')) for q in re.findall(r'`([^`]+)`', cells[2])]
     return out
