@@ -1,6 +1,6 @@
 # CPU-sized v11: cpu_single + SFT. Fine-tunes out-cpu-single (its weights and architecture; a fresh
-# optimizer, from iter 0) on byte-level prompt/answer rows of 128 tokens with the pad targets trained
-# (the study's "grid" SFT). Then rank PT and SFT on the SFT held-out samples and on topics:
+# optimizer, from iter 0) on byte-level prompt/answer rows of 128 tokens with the pad targets
+# trained (the study's "grid" SFT). Then rank PT and SFT on the SFT held-out samples and on topics:
 # $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128
 # $ python train.py config/cpu_sft.py
 # $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft

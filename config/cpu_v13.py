@@ -1,6 +1,7 @@
-# CPU-sized v13, the shape bench.py's generation rows load: [1 std][A x10][B x10][C x10][1 std] at d=256 on
-# byte-level topics, multi-depth supervision (so a per-token exit has confident readouts to stop on), and a
-# 320-token context, so 256 new tokens fit after a 64-token prompt without re-encoding.
+# CPU-sized v13, the shape bench.py's generation rows load: [1 std][A x10][B x10][C x10][1 std] at
+# d=256 on byte-level topics, multi-depth supervision (so a per-token exit has confident readouts to
+# stop on), and a 320-token context, so 256 new tokens fit after a 64-token prompt without
+# re-encoding.
 # $ python train.py config/cpu_v13.py && python bench.py --init_from=out-cpu-v13
 include('cpu_single.py')
 out_dir = 'out-cpu-v13'

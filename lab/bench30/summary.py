@@ -20,5 +20,6 @@ print(f'| row | ratio | {old_name} | {new_name} | {new_name} minus {old_name} |\
 for (row, what), by in ratios.items():
     old, new = np.array(by[old_name]), np.array(by[new_name])
     d = new - old  # paired by round: the two ran one after the other
+    se = d.std(ddof=1) / len(d) ** .5
     print(f"| {row} | x {what} | {' '.join(f'{v:.2f}' for v in old)} | "
-          f"{' '.join(f'{v:.2f}' for v in new)} | {d.mean():+.3f} ± {d.std(ddof=1) / len(d) ** .5:.3f} |")
+          f"{' '.join(f'{v:.2f}' for v in new)} | {d.mean():+.3f} ± {se:.3f} |")

@@ -1,6 +1,7 @@
-"""Where the time of a cached decoding step goes, at full depth and under an exit (RESULTS.md, Performance).
-Times each tied-block step of the new tokens by its place in its segment (the first iteration of a
-segment, or a later one), the stop check (residual) and KVCache.skip, over 256 greedy tokens.
+"""Where the time of a cached decoding step goes, at full depth and under an exit (RESULTS.md,
+Performance). Times each tied-block step of the new tokens by its place in its segment (the first
+iteration of a segment, or a later one), the stop check (residual) and KVCache.skip, over 256 greedy
+tokens.
 $ python lab/decode/decode_cost.py out-cpu-v13 resid:0.002
 """
 import os, sys, time

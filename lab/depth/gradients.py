@@ -35,7 +35,8 @@ def lr_at(it):  # train.py's get_lr
     if it < c['warmup_iters']:
         return c['learning_rate'] * (it + 1) / (c['warmup_iters'] + 1)
     ratio = (it - c['warmup_iters']) / (c['lr_decay_iters'] - c['warmup_iters'])
-    return c['min_lr'] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (c['learning_rate'] - c['min_lr'])
+    coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
+    return c['min_lr'] + coeff * (c['learning_rate'] - c['min_lr'])
 
 def lm_grad(beta, x, y):  # -> the gradient on the LM's parameters of the loss at this beta
     model.exit_gate.c.exit_beta = beta
@@ -60,8 +61,9 @@ for it in range(301):
         g_gate = g_total - g_nll
         cos = torch.dot(g_gate, g_nll) / (g_gate.norm() * g_nll.norm())
         scale = min(1.0, 1.0 / g_total.norm().item())  # grad_clip 1.0
-        lines.append(f"{it} | {loss:.4f} | {g_total.norm():.3f} | {g_nll.norm():.3f} | {g_gate.norm():.3f} | "
-                     f"{g_gate.norm() / g_nll.norm():.2f} | {cos:+.2f} | {scale:.2f}")
+        lines.append(f"{it} | {loss:.4f} | {g_total.norm():.3f} | {g_nll.norm():.3f} | "
+                     f"{g_gate.norm():.3f} | {g_gate.norm() / g_nll.norm():.2f} | "
+                     f"{cos:+.2f} | {scale:.2f}")
         print(lines[-1], flush=True)
     else:
         lm_grad(10.0, x, y)

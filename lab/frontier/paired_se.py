@@ -1,5 +1,6 @@
-# The multi-depth model's resid selection exit against the same mean compute spent uniformly at random
-# between the two whole depths around it, paired on the same tokens; SE over the 160 val rows.
+# The multi-depth model's resid selection exit against the same mean compute spent uniformly at
+# random between the two whole depths around it, paired on the same tokens; SE over the 160 val
+# rows.
 # $ python lab/frontier/paired_se.py
 import os, sys
 lab = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,5 +19,7 @@ for t in (0.1, 0.05):
     d = depth.float().mean().item(); lo = int(d); p = d - lo
     mix = (1 - p) * nll[lo - 1] + p * nll[lo]
     diff = chosen - mix
-    per_row = diff.view(len(rows), -1).mean(1)  # rows as the unit: tokens in a row are not independent
-    print(f"t={t}: mean depth {d:.3f}, diff {diff.mean():+.4f}, SE over rows {per_row.std() / len(per_row) ** 0.5:.4f}")
+    # rows as the unit: tokens in a row are not independent
+    per_row = diff.view(len(rows), -1).mean(1)
+    se = per_row.std() / len(per_row) ** 0.5
+    print(f"t={t}: mean depth {d:.3f}, diff {diff.mean():+.4f}, SE over rows {se:.4f}")

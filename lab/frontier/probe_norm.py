@@ -6,7 +6,8 @@ from guards import load_checkpoint
 from model import GPT
 from prepare import get_tokenizer, read_eval_docs
 for out_dir in sys.argv[1:]:
-    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), GPT.from_checkpoint); model.eval()
+    model, ckpt = load_checkpoint(os.path.join(out_dir, 'ckpt.pt'), GPT.from_checkpoint)
+    model.eval()
     encode, _, eot = get_tokenizer(ckpt['meta']['tokenizer'])
     docs, _ = read_eval_docs(os.path.join('data', ckpt['config']['dataset'], 'eval.jsonl'))
     x, real = ev.pack_docs([encode(d['text']) for d in docs], eot, model.config.block_size)

@@ -52,7 +52,8 @@ for name in CONFIGS:
     (wa, ea, sa), (wb, eb, sb) = before[name], after[name]
     ea = json.loads(ea)
     ea['probes'].pop('absolute residual', None)
-    ea = json.dumps(ea, indent=2)  # (json.dump's own layout: the same text when nothing else differs)
+    # (json.dump's own layout: the same text when nothing else differs)
+    ea = json.dumps(ea, indent=2)
     same_keys = set(wa) == set(wb)
     diff = max((wa[k] - wb[k]).abs().max().item() for k in wa) if same_keys else float('nan')
     rows.append(f"| {name} | {diff if same_keys else 'other tensors: ' + str(set(wa) ^ set(wb))}"
