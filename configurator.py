@@ -4,9 +4,7 @@
 # (guards.KEYS declares both for each script).
 # (Comments, not a docstring: the script's __doc__ stays its own, for --help.)
 import ast, os, sys
-import guards as _guards
-
-sys.excepthook = _guards.excepthook  # bad input: one line, 'error: ...'
+import guards as _guards  # (importing it installs its excepthook: bad input is one line)
 
 def _set(key, val, where=''):  # where: the config file that sets it
     _guards.check_known(key, _keys, where)  # (a typo: the closest key)
@@ -40,9 +38,8 @@ for _arg in sys.argv[1:]:
         _said = _said if len(_said) <= 100 else f"{_said[:80]}... ({len(_said):,} characters)"
         _said = f"Overriding: {_key} = {_said}"
     else:  # a config file (it may set nothing)
-        for _key, _val in _guards.run_config(_arg, {}).items():  # include('v5.py') in one: runs it
-            if not _key.startswith('_') and not isinstance(_val, type(sys)):  # skip imports
-                _set(_key, _val, f" (in {_arg})")
+        for _key, _val in _guards.run_config(_arg, {}).items():  # its settings (Python's names)
+            _set(_key, _val, f" (in {_arg})")
         _said = f"Overriding config with {_arg}"
     if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
         print(_said)

@@ -4,7 +4,8 @@ pad fraction), NLL by loop depth, early exit against uniform depth, depth per to
 $ python eval.py --out_dir=out-smoke [--html=out-smoke/depth.html]
 $ python eval.py --out_dir=out-cpu-single,out-cpu-sft --dataset=sft  # in turn, each its eval.json
 """
-import os, json, math
+import os, sys, json, math
+import guards  # (first: its one handler covers the imports too, Ctrl-C included)
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -12,7 +13,6 @@ from model import GPT
 from prepare import (get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs,
                      dataset_folder, split_folder)
 from depthmap import write_html
-import guards
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'  # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -51,6 +51,9 @@ def doc_rows(data_dir, T, max_docs):
     tokens = [encode(d['text']) + ([eot] + encode(d['answer']) if 'answer' in d else [])
               for d in docs]
     x, real = pack_docs(tokens, eot, T)
+    if cut := sum(len(t) >= T for t, d in zip(tokens, docs) if 'answer' in d):  # never silent
+        print(f"note: {cut} of {sum('answer' in d for d in docs)} SFT samples are longer than "
+              f"the block ({T} tokens): their ends are cut", file=sys.stderr)
     return docs, tokens, x, real[:, 1:], n_bad
 
 @torch.no_grad()
@@ -147,7 +150,7 @@ def print_report(r):  # eval.json's numbers, a line a row
           f"alphas: {' '.join(map(fmt, r['alphas']))}\n"
           f"skipped {r['skipped_lines']} malformed lines of eval.jsonl")
 
-def load(out_dir, html):  # -> (model, data_dir, T, precision): one model and its data, checked
+def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one model, data, checked
     path = os.path.join(out_dir, 'ckpt.pt')
     model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
     T = block_size or model.config.block_size
@@ -156,12 +159,15 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision): one model and it
     meta, val = load_meta(data_dir), load_tokens(data_dir, 'val')
     guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, suffix_start,
                       exit_kind, thresholds)
+    # eval.json on the model's own data; eval_<data>.json on other data (each kept)
+    name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
+    guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir')
     precision = guards.autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
-    return model.eval(), data_dir, T, precision
+    return model.eval(), data_dir, T, precision, report
 
 @torch.no_grad()
-def evaluate(out_dir, model, data_dir, T, html):
-    """One checked model, with the settings above -> its report, eval.json and depth map."""
+def evaluate(path, model, data_dir, T, html):
+    """One checked model, with the settings above -> its report at path, its depth map."""
     c = model.config
     start, columns = suffix(T, suffix_start)
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
@@ -177,18 +183,19 @@ def evaluate(out_dir, model, data_dir, T, html):
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
                   eval_docs=len(docs), skipped_lines=n_bad, exit_kind=exit_kind,
                   docs=os.path.join(data_dir, 'eval.jsonl'))
-    print_report(report)
-    with open(os.path.join(out_dir, 'eval.json'), 'w') as f:
+    with guards.written(path) as f:  # written before it is shown: a closed stdout loses nothing
         json.dump(report, f, indent=2)
     if html:  # each topic's first three documents (docs come grouped by topic)
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
         # without ACT, the depth each token takes under the curve's middle exit
         exit = None if c.act or not c.loops else (exit_kind, thresholds[len(thresholds) // 2])
         shade = score(model, x[shown], batch_size, exit=exit)[1] if exit else depth[shown]
-        write_html(html, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
-                   get_tokenizer(load_meta(data_dir)['tokenizer'])[1],
-                   f'{exit[0]} exit at {exit[1]}' if exit else source)
-    print(f"wrote {f.name}" + (f" and {html}" if html else ''))
+        with guards.saving(html) as tmp:
+            write_html(tmp, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
+                       get_tokenizer(load_meta(data_dir)['tokenizer'])[1],
+                       f'{exit[0]} exit at {exit[1]}' if exit else source)
+    print_report(report)
+    print(f"wrote {path}" + (f" and {html}" if html else ''))
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
@@ -198,7 +205,7 @@ if __name__ == '__main__':
     checked = {d: load(d, maps[d]) for d in dirs}  # every model before any work
     exit_kind = exit_kind or 'maxprob'  # (checked as given)
     thresholds = thresholds or DEFAULTS[exit_kind]
-    for d, (model, data_dir, T, (_, ctx, precision)) in checked.items():
-        print(precision)
+    for d, (model, data_dir, T, (_, ctx, precision), report) in checked.items():
+        print(precision, file=sys.stderr)  # stderr: stdout is the report
         with ctx:
-            evaluate(d, model, data_dir, T, maps[d])
+            evaluate(report, model, data_dir, T, maps[d])

@@ -1,6 +1,6 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, sys, glob, json, time, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
+import os, re, ast, sys, glob, json, time, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 import numpy as np
@@ -102,15 +102,21 @@ KEYS = {
 class InputError(ValueError):
     """Bad input, raised on purpose. Any other exception is a bug, and keeps its traceback."""
 
-def excepthook(kind, err, tb, _default=sys.excepthook):  # (torch's OOM by name: no torch import)
+def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one entry handler
     memory = kind.__name__ == 'OutOfMemoryError' or "can't allocate memory" in str(err)
     last = traceback.extract_tb(tb)[-1].filename if tb else ''  # where it was raised
-    if not (issubclass(kind, InputError) or memory  # (model.py's checks: its bad input)
+    if issubclass(kind, BrokenPipeError):  # stdout closed (| head): end quietly, as head expects
+        return os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # (the exit's flush goes nowhere)
+    if issubclass(kind, KeyboardInterrupt):  # Ctrl-C: one line; python then exits as SIGINT (130)
+        return print("stopped (Ctrl-C)", file=sys.stderr)
+    os_refused = issubclass(kind, OSError) and err.filename is not None  # (a file the OS refused)
+    if not (issubclass(kind, InputError) or memory or os_refused  # (model.py's: its bad input)
             or kind is ValueError and last.endswith((os.sep + 'model.py', os.sep + 'decode.py'))):
         _default(kind, err, tb)
     elif os.environ.get('RANK', '0') == '0':  # (torchrun: every rank meets the same input)
         size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
         fix = 'lower --batch_size' if 'batch_size' in script_keys else 'use a smaller model'
+        err = f"cannot use {err.filename}: {err.strerror}" if os_refused else err
         print(f"error: {f'out of memory ({size and size[0]}): {fix}' if memory else err}",
               file=sys.stderr)
 
@@ -139,18 +145,28 @@ def check_type(key, value, old, where=''):  # configurator.py: a key keeps its d
         raise InputError(f"{typed(key, value)}{where}: {key} is of type {type(old).__name__}, "
                          f"e.g. {typed(key, old)}")
 
-def run_config(path, into):  # configurator.py: a config file's settings; include('v5.py') in it
+def run_config(path, into):  # configurator.py: a config file (Python, as nanoGPT's) -> settings
     text = read_text_file(path, 'config file', ' (see config/ for the available ones)')
-    include = lambda name: run_config(os.path.join(os.path.dirname(path), name), into)
+    if not path.endswith('.py'):  # (a JSON file is Python too, that sets nothing)
+        raise InputError(f"config file {path} is not a .py file: a config file is Python that sets "
+                         "keys, e.g. batch_size = 32 (see config/)")
+    into.setdefault('include', lambda name: run_config(os.path.join(os.path.dirname(path), name),
+                                                       into))  # include('v5.py'): its settings
     try:
-        exec(compile(text, path, 'exec'), {'include': include}, into)
-        return into
+        exec(compile(text, path, 'exec'), into)
     except InputError:  # an include()'s
         raise
-    except Exception as e:  # the config file's own error: name the file and its line
+    except (Exception, SystemExit) as e:  # the config file's own error: name the file and its line
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
         line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
-        raise InputError(f"config file '{path}', line {line}: {type(e).__name__}: {e}") from None
+        why = ("calls sys.exit: a config file only sets keys" if isinstance(e, SystemExit)
+               else f"{type(e).__name__}: {e}")
+        raise InputError(f"config file '{path}', line {line}: {why}") from None
+    imported = {a.asname or a.name.split('.')[0] for node in ast.walk(ast.parse(text))
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
+    return {k: v for k, v in into.items() if k in script_keys or k.islower() and k[0] != '_'
+            and k not in imported and type(v) in (int, float, bool, str, tuple)}  # (a setting:
+    # a script's key, or what looks like one: an unknown one is refused with its closest key)
 
 def holds(rule, values):
     try:  # (a value of the wrong kind, a text among numbers, breaks the rule too)
@@ -201,9 +217,8 @@ def check_path(key, value, kind, default):  # -> the path, ~ and $VAR expanded, 
         if kind == 'name' and (os.sep in path or path in ('.', '..')):
             raise InputError(f"{typed(key, value)}: {key} is a folder name in data/, not a path, "
                              f"e.g. {typed(key, default)}")
-        clash = {'new folder': (os.path.isfile, 'file'), 'new file': (os.path.isdir, 'folder')}
-        if kind in clash and clash[kind][0](path):  # (an output where a file is, or a folder)
-            raise InputError(f"cannot write {path}: it is a {clash[kind][1]}: give another --{key}")
+        if kind in ('new folder', 'new file'):  # an output: created, to see, before any work
+            check_output(path, key, kind == 'new folder')
     return ','.join(paths)
 
 def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input that names the fix
@@ -221,7 +236,7 @@ def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else
     if device == 'cuda' and 'LOCAL_RANK' in os.environ:  # torchrun: each rank its own GPU, so
         device = f"cuda:{os.environ['LOCAL_RANK']}"  # that no rank opens a context on GPU 0
     try:
-        torch.empty(1, device=device)
+        torch.ones(1, device=device).cpu()  # (a device that holds no data, meta, fails here)
     except Exception:
         why = ' (no CUDA GPU here)' if 'cuda' in device and not torch.cuda.is_available() else ''
         raise InputError(f"--device={device} is not usable on this machine{why}: use --device=cpu")
@@ -247,6 +262,9 @@ def autocast_dtype(device, dtype='', decode=False, trained=''):  # -> (dtype, au
 
 def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt), ckpt)
     import torch  # (build: GPT.from_checkpoint; key: the option that named the folder)
+    if os.path.exists(path) and not os.path.isfile(path):  # (a FIFO would hang the read)
+        raise InputError(f"{path} is {'a folder' if os.path.isdir(path) else 'no file'}, not a "
+                         f"checkpoint: give the --{key} of a run train.py saved")
     try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         ckpt = torch.load(path, map_location=device, weights_only=True)
         lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
@@ -262,17 +280,26 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
         given = os.path.dirname(path)
         raise InputError(f"--{key}={given} is a file: give the folder that holds ckpt.pt, e.g. "
                          f"--{key}={os.path.dirname(given) or '.'}") from None
+    except OSError as e:  # (a name too long, a folder it may not read, ...)
+        raise InputError(f"cannot read {path}: {e.strerror}: give another --{key}") from None
     except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
         why = ("is not a safe checkpoint: it holds objects other than tensors and plain data"
                if 'Unsupported global' in str(e) else "is truncated or not a nanoloop checkpoint")
         raise InputError(f"{path} {why}") from None
     if lacking:  # what the scripts read besides the weights
         raise InputError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
+    saved, weights = ckpt.get('digest'), ckpt['model'].values()  # damaged in place? (train.py's
+    if saved and saved != digest(ckpt['model']) or not all(  # save writes a checksum beside them)
+            t.isfinite().all() for t in weights if t.is_floating_point()):
+        raise InputError(f"{path} is damaged: its weights differ from the checksum saved with them "
+                         "or are not finite: use a copy of it, or train it again")
     try:  # saved by another version of nanoloop? name the keys that differ (torch lists them)
         model = build(ckpt)
     except (TypeError, ValueError, RuntimeError) as e:
-        raise InputError(f"{path} does not fit this version of nanoloop ({' '.join(str(e).split())}"
-                         "): use the version that saved it, or train it again") from None
+        why = ' '.join(str(e).split())
+        raise InputError(f"{path} does not fit this version of nanoloop ({why[:200]}"
+                         f"{'...' * (len(why) > 200)}): use the version that saved it, or train it "
+                         "again") from None
     return model.to(device), ckpt
 
 def lacks_exits(c):  # -> '' where a model has post-hoc exits (c.exit_kinds), or what it lacks
@@ -291,20 +318,34 @@ def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a con
         raise InputError(f"--exit_at={s}: the model has {lacks}; drop --exit_at")
     return kind, t
 
-def check_output(path, key):  # before any work: can path be written? (missing folders: fine)
-    where = os.path.abspath(path)
-    while not os.path.exists(where):  # the first part of it that exists
-        if os.path.islink(where):
-            raise InputError(f"cannot write {path}: {where} is a link to {os.readlink(where)}, "
-                             f"which does not exist: make it, or give another --{key}")
-        where = os.path.dirname(where)
-    folder = where if where != os.path.abspath(path) else os.path.dirname(where)
-    for bad, why in ((os.path.isdir(path), f"{path} is a folder"),
-                     (not os.path.isdir(folder), f"{folder} is a file"),
-                     (not (os.access(folder, os.W_OK) and os.access(where, os.W_OK)),
-                      f"{where} is read-only")):
-        if bad:
-            raise InputError(f"cannot write {path}: {why}: give another --{key}")
+def check_output(path, key, folder=False):  # before any work: make what path will be, remove it
+    made, fix = [], f"give another --{key}"  # (what the OS will refuse, it refuses now)
+    where = os.path.normpath(path if folder else os.path.dirname(path) or '.')
+    while where and not os.path.lexists(where):  # the folders it makes
+        made, where = [where, *made], os.path.dirname(where)
+    for there, kind in ((path, os.path.isdir if folder else os.path.isfile), (where, os.path.isdir)):
+        if there and os.path.lexists(there) and not kind(there):  # something else in the way
+            what = ('a file' if os.path.isfile(there) else 'a folder' if os.path.isdir(there) else
+                    'not a regular file' if os.path.exists(there) else
+                    f'a link to {os.readlink(there)}, which does not exist')
+            raise InputError(f"cannot write {path}: {'it' if there == path else there} is {what}: "
+                             f"{fix}")
+    probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
+    existed = os.path.lexists(probe)
+    try:
+        for name in made:
+            os.mkdir(name)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
+    except OSError as e:
+        raise refused(path, e, fix) from None
+    finally:  # nothing is left of the probe
+        for name in [probe] * (not existed) + made[::-1]:
+            with suppress(OSError):
+                (os.rmdir if name in made else os.remove)(name)
+
+def refused(path, e, fix):  # the OS refused to write path (any errno) -> one line: why, the fix
+    where = f" ({e.filename})" if e.filename and not path.startswith(e.filename) else ''
+    return InputError(f"cannot write {path}: {e.strerror}{where}: {fix}")
 
 def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
     if os.path.isdir(value):  # --out_dir=run-lr3e-3,bs16: never split where the user did not
@@ -315,7 +356,7 @@ def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, eac
     return names
 
 def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named
-    if not os.path.isfile(path):
+    if os.path.isdir(path) or not os.path.exists(path):  # (a pipe, /dev/stdin: read)
         why = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
         raise InputError(f"{what} {path} {why}{hint}")
     try:
@@ -381,7 +422,6 @@ def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, suffix_star
     if n_val <= T:
         raise InputError(f"{data_dir}/val.bin has {n_val} tokens, too few for block_size {T}: "
                          "set a smaller --block_size")
-    check_output(os.path.join(out_dir, 'eval.json'), 'out_dir')
     if html:
         check_output(html, 'html')
 
@@ -396,11 +436,13 @@ def given_keys(config, defaults):  # train.py: the keys this command sets (typed
 def check_kept(given, run, config, fixed):  # train.py: a given key the run fixes must agree
     doing, where = (('resuming', config['out_dir']) if config['init_from'] == 'resume'
                     else ('fine-tuning', config['init_from']))
+    files = ' '.join(a for a in sys.argv[1:] if not a.startswith('--'))  # the config files
     for key in sorted(given & set(run) & fixed):
-        if config[key] != run[key]:
-            raise InputError(f"{typed(key, config[key])}: the run in {where} has "
-                             f"{typed(key, run[key])}, which {doing} cannot change: drop "
-                             f"--{key}, or train a new --out_dir")
+        if config[key] != run[key]:  # (said as it was set: typed, or in a config file)
+            said, drop = ((typed(key, config[key]), f"--{key}") if f'--{key}=' in str(sys.argv)
+                          else (f"{key} = {config[key]!r} in {files}", f"{key} from {files}"))
+            raise InputError(f"{said}: the run in {where} has {typed(key, run[key])}, which "
+                             f"{doing} cannot change: drop {drop}, or train a new --out_dir")
 
 def check_run(config, defaults):  # train.py's settings, merged with a run's -> the device
     check_rules(KEYS['train.py'][1], config, defaults)
@@ -435,6 +477,10 @@ def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num): 
               f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens): see README Configs")
     ckpt_path = os.path.join(s['out_dir'], 'ckpt.pt')
     if s['init_from'] != 'resume' and os.path.exists(ckpt_path) and not s['overwrite']:
+        if s['init_from'] != 'scratch' and os.path.samefile(s['init_from'], s['out_dir']):
+            raise InputError(f"--out_dir={s['out_dir']} holds the run that --init_from="
+                             f"{s['init_from']} fine-tunes: write the fine-tune to another "
+                             "--out_dir")
         raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
                          "or start over on purpose with --overwrite=True (or another --out_dir)")
     if iter_num >= s['max_iters'] and not s['eval_only']:
@@ -483,8 +529,8 @@ class Progress:  # a long loop says how far it is, every 5 s: progress(text) at 
         self.t0 = time.time()
 
     def __call__(self, text):
-        if time.time() - self.t0 > 5:
-            print(text, flush=True)
+        if time.time() - self.t0 > 5:  # (stderr: stdout is the script's results)
+            print(text, file=sys.stderr, flush=True)
             self.t0 = time.time()
 
 class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (again: at once)
@@ -518,22 +564,44 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit 
             sys.exit(128 + self.signals[0])
 
 @contextmanager
-def saving(path, what):  # -> path.tmp to write, renamed to path once whole: never half a file
+def saving(path, what=''):  # every file a script writes: path.tmp beside it to write, and once
+    tmp = path + '.tmp'  # it is whole: fsynced, renamed to path. Else path is left as it was
     try:
-        yield path + '.tmp'
-        os.replace(path + '.tmp', path)
-    except OSError as e:
-        raise InputError(f"cannot save {path} {what}: {e.strerror}; it is left as it was: free "
-                         "some space, or use another --out_dir") from None
-    finally:  # (no partial file is left behind)
-        pathlib.Path(path + '.tmp').unlink(missing_ok=True)
-
-def save(ckpt, path, iter_num, stop):  # torch.save, atomically (saving)
-    import torch
-    try:
-        with saving(path, f'at iter {iter_num}') as tmp, open(tmp, 'wb') as f:
-            torch.save(ckpt, f)
-    except RuntimeError:  # torch.save's writer fails when a second signal stops it mid-write
-        if len(stop.signals) < 2:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        os.fsync(fd)  # (on disk before the rename: a power loss leaves the old file or the new)
+        os.close(fd)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:  # any refusal of the OS; torch's writer wraps it
+        cause = e if isinstance(e, OSError) else e.__context__
+        if isinstance(cause, (SystemExit, KeyboardInterrupt)):  # (a second stop signal)
+            raise cause from None
+        if not isinstance(cause, OSError):
             raise
-        raise SystemExit(stop.at_once) from None
+        kept = 'it is left as it was: ' * os.path.exists(path)
+        raise refused(f"{path}{what and ' '}{what}", cause, f"{kept}free some space, or write "
+                      "elsewhere") from None
+    finally:  # (no partial file is left behind)
+        with suppress(OSError):
+            os.remove(tmp)
+
+@contextmanager
+def written(path, mode='w'):  # -> saving's file, open to write
+    with saving(path) as tmp, open(tmp, mode, encoding=None if 'b' in mode else 'utf-8') as f:
+        yield f
+
+def digest(state):  # a checksum of a checkpoint's weights: saved beside them, checked on load
+    import hashlib, torch
+    h = hashlib.sha256()
+    for name, t in sorted(state.items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+def save(ckpt, path, iter_num, stop=None):  # torch.save, atomically (saving), with its checksum
+    import torch
+    with saving(path, f"(at iter {iter_num})") as tmp:
+        with open(tmp, 'wb') as f:  # (a file: torch's writer then keeps the OSError it met)
+            torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)
+
+sys.excepthook = excepthook  # imported first by every script: its one entry handler

@@ -2,10 +2,10 @@
 data/<dataset>_byte/ (bytes): train.bin, val.bin (token ids, EOT ends each document; sft: rows),
 meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers and formats.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
-import csv, gzip, html, itertools, json, os, pathlib, random, re, zipfile
+import csv, gzip, html, io, itertools, json, os, pathlib, random, re, zipfile, zlib
 from contextlib import suppress
+from guards import InputError, check_output, check_prepared, replaced, written
 import numpy as np
-from guards import InputError, check_output, check_prepared, replaced
 
 dataset = 'topics'  # topics: code, math, dialogue, news, poetry
 tokenizer = 'gpt2'  # 'gpt2' (tiktoken BPE) or 'byte' (256 bytes + EOT, no vocabulary files)
@@ -40,8 +40,9 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1
     try:
         enc = tiktoken.get_encoding('gpt2')
     except (OSError, ValueError) as e:
-        raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export "
-                         "TIKTOKEN_CACHE_DIR=../shared/tiktoken or use --tokenizer=byte") from None
+        raise InputError(f"no gpt2 BPE files ({type(e).__name__}): export TIKTOKEN_CACHE_DIR=a "
+                         "folder that holds them (offline: ../shared/tiktoken)"
+                         + " or use --tokenizer=byte" * (__name__ == '__main__')) from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
 def pieces(ids, decode):
@@ -95,11 +96,18 @@ def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
         pathlib.Path(tmp).unlink(missing_ok=True)
     return local
 
-def read(path):
-    data = pathlib.Path(fetch(path)).read_bytes()
-    return (gzip.decompress(data) if path.endswith('.gz') else data).decode('utf-8')
-def jsonl(path):
-    return [json.loads(line) for line in read(path).splitlines() if line.strip()]
+def read(path, parse=str):  # -> parse(a download's text; a .zip's: its bytes); damaged: named
+    local = fetch(path)
+    try:  # cut short, not UTF-8, not JSON or CSV, a row or member missing: one line
+        data = pathlib.Path(local).read_bytes()
+        data = gzip.decompress(data) if path.endswith('.gz') else data
+        return parse(data if path.endswith('.zip') else data.decode('utf-8'))
+    except (ValueError, LookupError, TypeError, EOFError, OSError, zlib.error, zipfile.BadZipFile,
+            csv.Error) as e:
+        raise InputError(f"{local} is damaged ({type(e).__name__}: {e}): delete it to fetch it "
+                         "again, or copy it whole into --mirror") from None
+def jsonl(path, rows=lambda rows: rows):
+    return read(path, lambda text: rows([json.loads(s) for s in text.splitlines() if s.strip()]))
 def blank_line_separated(path):  # sonnets, the play's speeches
     return [d.strip() for d in re.split(r'\n\s*\n', read(path))]
 def joined(parts):  # the non-blank parts, one a line (an SFT pair as one document)
@@ -108,20 +116,22 @@ def line_pairs(doc):  # a dialogue's (turn, reply)
     return itertools.pairwise(doc.split('\n'))
 
 def code_pairs():  # CodeAlpaca: (the task and its input, the answer)
-    return [(joined([r['instruction'], r['input']]), r['output'])
-            for r in json.loads(read(CODEALPACA))]
+    return read(CODEALPACA, lambda text: [(joined([r['instruction'], r['input']]), r['output'])
+                                          for r in json.loads(text)])
 def code_docs():  # the pairs as documents, and HumanEval's prompt + solution
     docs = list(map(joined, code_pairs()))
-    return docs + [r['prompt'] + r['canonical_solution'] for r in jsonl(HUMANEVAL)]
+    solved = lambda rows: [r['prompt'] + r['canonical_solution'] for r in rows]
+    return docs + jsonl(HUMANEVAL, solved)
 
 def math_pairs():  # GSM8K: (the question, the worked answer, '#### N' last)
-    return [(r['question'], r['answer']) for r in jsonl(GSM8K % 'train') + jsonl(GSM8K % 'test')]
+    pairs = lambda rows: [(r['question'], r['answer']) for r in rows]
+    return jsonl(GSM8K % 'train', pairs) + jsonl(GSM8K % 'test', pairs)
 
 def dialogue_docs():  # DailyDialog: a dialogue a line, its turns ended by __eou__
     docs = []
     for split in ['train', 'validation', 'test']:
-        with zipfile.ZipFile(fetch(DAILYDIALOG % split)) as z:
-            lines = z.read(f'{split}/dialogues_{split}.txt').decode('utf-8').splitlines()
+        lines = read(DAILYDIALOG % split, lambda data: zipfile.ZipFile(io.BytesIO(data)).read(
+            f'{split}/dialogues_{split}.txt').decode('utf-8').splitlines())
         docs += ['\n'.join(filter(None, map(detokenize, line.split('__eou__')))) for line in lines]
     return docs
 def detokenize(turn):  # DailyDialog is space-tokenised: undo the commonest cases
@@ -132,8 +142,8 @@ def dialogue_pairs():
     return [pair for d in dialogue_docs() for pair in line_pairs(d)]
 
 def news_docs():  # AG News CSV rows: class, title, description
-    with open(fetch(AGNEWS), encoding='utf-8', newline='') as f:
-        return [unescape(title) + '\n' + unescape(desc) for _, title, desc in csv.reader(f)]
+    return read(AGNEWS, lambda text: [unescape(title) + '\n' + unescape(desc) for _, title, desc
+                                      in csv.reader(io.StringIO(text, newline=''))])
 def unescape(s):  # AG News writes a line break as '\' and '$' as '#36;' ('&#36;' minus its '&')
     return html.unescape(re.sub(r'#(\d+);', r'&#\1;', s.replace('\\', '\n'))).strip()
 
@@ -190,8 +200,11 @@ def sft(doc, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT
     rows = [s + [eot] * (block_size - len(s)) for s in samples if len(s) <= block_size]
     print(f"dropped {len(samples) - len(rows):,} of {len(samples):,} samples: longer than "
           f"block_size={block_size}")
-    return [{'topic': topic, 'text': prompt, 'answer': answer} for topic, (prompt, answer) in held
-            if len(doc(prompt) + doc(answer)) <= block_size], rows
+    fit = [(t, (p, a)) for t, (p, a) in held if len(doc(p) + doc(a)) <= block_size]
+    print(f"held out, fitting block_size={block_size}: " + ', '.join(  # (eval.jsonl's, per topic)
+        f"{t} {sum(f[0] == t for f in fit):,} of {sum(h[0] == t for h in held):,}"
+        for t in DATASETS['sft']))
+    return [{'topic': t, 'text': prompt, 'answer': answer} for t, (prompt, answer) in fit], rows
 
 def fineweb():  # -> (eot, held, train, val): one array a shard (train: 1..shards, val: 0)
     held, _ = held_and_kept('topics')  # eval.py reads the topics' held-out documents
@@ -214,16 +227,17 @@ def data_error(path, why):  # -> the error: the file, what is wrong, the fix to 
         return InputError(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}}"
                           f" (and *_byte), not {name}: check --dataset")
     extra = '' if os.path.normpath(root) == 'data' else f" --data_root={root}"
-    return InputError(f"{path} {why}; make it with: python prepare.py --dataset={dataset} "
+    return InputError(f"{path} {why}; make it (offline: add --mirror=a folder of its downloads"
+                      f" as <host>/<path>) with: python prepare.py --dataset={dataset} "
                       f"--tokenizer={tokenizer}{extra}")
 
+def regular(path):  # -> path, if it is a file; else the error naming it (a FIFO would hang)
+    if not os.path.isfile(path):
+        raise data_error(path, 'is not a file' if os.path.exists(path) else 'not found')
+    return path
+
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
-    path = os.path.join(data_dir, 'meta.json')
-    if not os.path.isfile(path):  # paths are relative to the working directory: name it
-        root = os.path.dirname(os.path.normpath(data_dir)) or '.'
-        where = '' if os.path.isdir(root) else (f" (there is no {root}/ in the working directory "
-                                                f"{os.getcwd()}: run from the one that holds it)")
-        raise data_error(path, 'not found' + where)
+    path = regular(os.path.join(data_dir, 'meta.json'))
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.load(open(path, 'rb'))
         meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},
@@ -248,7 +262,7 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
     return meta
 
 def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
-    meta, path = load_meta(data_dir), os.path.join(data_dir, f'{split}.bin')
+    meta, path = load_meta(data_dir), regular(os.path.join(data_dir, f'{split}.bin'))
     try:  # numpy refuses a missing or empty file, and one that is not a whole number of tokens
         tokens = np.memmap(path, meta['dtype'], 'r')
     except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
@@ -260,9 +274,7 @@ def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from d
     return tokens
 
 def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "answer"]} dicts
-    if not os.path.isfile(path):
-        raise data_error(path, 'not found')
-    lines, docs = [line for line in open(path, 'rb') if line.strip()], []
+    lines, docs = [line for line in open(regular(path), 'rb') if line.strip()], []
     for line in lines:  # skipped: not UTF-8 or JSON (ValueError), not {"topic": str, "text": str}
         with suppress(ValueError, KeyError, TypeError):
             d = json.loads(line)
@@ -274,8 +286,7 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
 
 def main():
     out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
-    for path in (os.path.join(out_dir, 'meta.json'), out_dir + '.new'):  # (.new: built beside)
-        check_output(path, 'data_root')
+    check_output(out_dir + '.new', 'data_root', folder=True)  # (.new: built beside, swapped in)
     with replaced(out_dir) as new:  # stopped or failed, out_dir stays as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
         check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
@@ -285,7 +296,7 @@ def main():
         files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
                  'meta.json': [json.dumps(meta, indent=2).encode()]}
         for name, parts in files.items():
-            with open(os.path.join(new, name), 'wb') as f:
+            with written(os.path.join(new, name), 'wb') as f:
                 f.writelines(parts)  # bytes or token arrays (a shard: memory-mapped)
                 print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 

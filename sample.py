@@ -5,12 +5,12 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft  # side by side: same pr
 (the study's settings: --top_k=50 --top_p=0.9 --repetition_penalty=1.2 --temperature=1.0)
 """
 import os, sys, time
+import guards  # (first: its one handler covers the imports too, Ctrl-C included)
 import torch
 from model import GPT
 from decode import generate
 from depthmap import legend, painted
 from prepare import get_tokenizer
-import guards
 
 out_dir = 'out'  # or several: out-a,out-b
 start = "\n"  # the prompt, or "FILE:prompt.txt" to read it from a file

@@ -438,3 +438,18 @@ def test_gpt2_tokenizer(sources, tmp_path):
     meta, held, trained = read_outputs(tmp_path / 'shakespeare')
     assert meta == {'tokenizer': 'gpt2', 'vocab_size': 50257, 'eot': 50256, 'dtype': 'uint16', 'row': 0}
     assert len(trained) == len(SPEECHES) - 5 and all(t in SPEECHES for t in trained)
+
+
+@pytest.mark.parametrize('damage', ['truncated_zip', 'truncated_gzip', 'malformed_json'])
+def test_a_damaged_file_in_the_mirror_is_named(sources, tmp_path, damage):
+    """A truncated archive or malformed JSON in the mirror (or the download cache) used to be a BadZipFile,
+    EOFError or JSONDecodeError traceback that named no file."""
+    path = {'truncated_zip': prepare.DAILYDIALOG % 'train', 'truncated_gzip': prepare.HUMANEVAL,
+            'malformed_json': prepare.CODEALPACA}[damage]
+    local = os.path.join(sources, prepare.HOST, path)
+    data = open(local, 'rb').read()
+    with open(local, 'wb') as f:
+        f.write(data[:len(data) // 2])
+    r = run('--dataset=topics', '--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path / "d"}')
+    assert_one_line_error(r, local, 'is damaged', 'delete it')
+    assert not os.path.exists(tmp_path / 'd' / 'topics_byte')
