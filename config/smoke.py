@@ -1,7 +1,6 @@
 # Smoke test: a tiny byte-level sandwich (1 + [block x 4] + 1, d=64) on tinyshakespeare.
 # Runs on a laptop CPU in well under a minute and writes out-smoke/.
-# $ python prepare.py --dataset=shakespeare --tokenizer=byte
-# $ python train.py config/smoke.py
+# $ python train.py config/smoke.py   (its data, data/shakespeare_byte/, ships with the repository)
 out_dir = 'out-smoke'
 dataset = 'shakespeare_byte'
 device = 'cpu'
