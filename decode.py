@@ -52,8 +52,8 @@ class KVCache:
         keys, values = self.kv[slot]
         now = slice(self.pos, self.pos + k.size(2))
         keys[:, :, now], values[:, :, now] = k, v
-        if self.stopped is not None and slot[1] > 0:  # (a loop slot) a stopped token keeps its last
-            last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # run slot's keys and values
+        if self.stopped is not None and slot[1] > 0 and self.stopped.any():  # a stopped token keeps
+            last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # its last run slot's keys, values
             for new, old in zip((keys, values), last):
                 new[:, :, now] = torch.where(self.stopped[:, None, :, None], old[:, :, now],
                                              new[:, :, now])
