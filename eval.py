@@ -60,7 +60,7 @@ def doc_rows(data_dir, T, max_docs):
 def score(model, x, batch_size, n_loops=None, exit=None):
     """-> nll, depth, resid, entropy of each prediction in rows x (N, T - 1: column j predicts
     x[:, j + 1])."""
-    out, progress, device = [], guards.Progress(), model.head.weight.device
+    out, progress, device = [], guards.Progress(sys.stderr), model.head.weight.device
     for i in range(0, len(x), batch_size):
         xb = x[i:i + batch_size].to(device)
         logits, _, info = model(xb, n_loops=n_loops, exit=exit)

@@ -323,13 +323,14 @@ def check_output(path, key, folder=False):  # before any work: make what path wi
     where = os.path.normpath(path if folder else os.path.dirname(path) or '.')
     while where and not os.path.lexists(where):  # the folders it makes
         made, where = [where, *made], os.path.dirname(where)
-    for there, kind in ((path, os.path.isdir if folder else os.path.isfile), (where, os.path.isdir)):
+    for there, kind in ((path, os.path.isdir if folder else os.path.isfile),
+                        (where, os.path.isdir)):
         if there and os.path.lexists(there) and not kind(there):  # something else in the way
             what = ('a file' if os.path.isfile(there) else 'a folder' if os.path.isdir(there) else
                     'not a regular file' if os.path.exists(there) else
                     f'a link to {os.readlink(there)}, which does not exist')
-            raise InputError(f"cannot write {path}: {'it' if there == path else there} is {what}: "
-                             f"{fix}")
+            name = 'it' if there == path else there
+            raise InputError(f"cannot write {path}: {name} is {what}: {fix}")
     probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
     existed = os.path.lexists(probe)
     try:
@@ -525,12 +526,12 @@ def ran_on(threads):  # -> where a run ran: commit ('+' if the tree differs from
     return dict(commit=commit + dirty, torch=torch.__version__, cpu=cpu, threads=threads)
 
 class Progress:  # a long loop says how far it is, every 5 s: progress(text) at each turn
-    def __init__(self):
-        self.t0 = time.time()
+    def __init__(self, file=None):  # (eval.py: stderr, its stdout is the report)
+        self.t0, self.file = time.time(), file
 
     def __call__(self, text):
-        if time.time() - self.t0 > 5:  # (stderr: stdout is the script's results)
-            print(text, file=sys.stderr, flush=True)
+        if time.time() - self.t0 > 5:
+            print(text, file=self.file, flush=True)
             self.t0 = time.time()
 
 class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (again: at once)

@@ -237,7 +237,11 @@ def regular(path):  # -> path, if it is a file; else the error naming it (a FIFO
     return path
 
 def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and row (sft, else 0)
-    path = regular(os.path.join(data_dir, 'meta.json'))
+    path, root = os.path.join(data_dir, 'meta.json'), os.path.dirname(os.path.normpath(data_dir))
+    if not os.path.isdir(root or '.'):  # (paths are relative to the working directory: name it)
+        raise data_error(path, f"not found (there is no {root}/ in the working directory "
+                               f"{os.getcwd()}: run from the one that holds it)")
+    regular(path)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.load(open(path, 'rb'))
         meta = {**{k: meta[k] for k in ('tokenizer', 'vocab_size', 'eot', 'dtype')},

@@ -9,6 +9,7 @@ $ python train.py config/cpu_sft.py
 import os
 import math
 import time
+import guards  # (first: its one entry handler covers the imports too, Ctrl-C included)
 from dataclasses import asdict, fields
 import numpy as np
 import torch
@@ -16,7 +17,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT
 from prepare import sft_targets, token_rows, load_meta, load_tokens
-import guards
 from guards import autocast_dtype
 
 # -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 # Smoke test: a tiny byte-level sandwich (1 + [block x 4] + 1, d=64) on tinyshakespeare.
 # Runs on a laptop CPU in well under a minute and writes out-smoke/.
-# $ python train.py config/smoke.py   (its data, data/shakespeare_byte/, ships with the repository)
+# Its data, data/shakespeare_byte/, ships with the repository:
+# $ python train.py config/smoke.py
 out_dir = 'out-smoke'
 dataset = 'shakespeare_byte'
 device = 'cpu'

@@ -162,13 +162,13 @@ def several_models_side_by_side(d):
     copy_run(trained_run(d), d, out='pt')
     make_sft(d)
     ok(run(d, 'train.py', *SFT, '--out_dir=ft', '--max_iters=30', '--eval_interval=30'))
-    reports = lambda: [json.loads((d / m / 'eval.json').read_text()) for m in ('pt', 'ft')]
+    reports = lambda pt: [json.loads((d / m).read_text()) for m in (f'pt/{pt}', 'ft/eval.json')]
     ev = run(d, 'eval.py', '--out_dir=pt,ft', '--dataset=sft', '--device=cpu', '--eval_iters=1', '--batch_size=4')
-    on_sft = reports() if ev.returncode == 0 else None
+    on_sft = reports('eval_sft.json') if ev.returncode == 0 else None
     own = run(d, 'eval.py', '--out_dir=pt,ft', '--device=cpu', '--eval_iters=1', '--batch_size=4')
     sample = run(d, 'sample.py', '--out_dir=pt,ft,pt', '--start=ab', '--max_new_tokens=8', '--num_samples=2',
                  '--device=cpu')
-    return ev, own, sample, on_sft, reports() if own.returncode == 0 else None
+    return ev, own, sample, on_sft, reports('eval.json') if own.returncode == 0 else None
 
 
 def test_several_models_side_by_side(job):
@@ -176,7 +176,8 @@ def test_several_models_side_by_side(job):
     eval.json and report; sample.py --out_dir=a,b,a: each under its name, the same seed and settings."""
     ev, own, sample, on_sft, on_own = job
     out = ok(ev)
-    assert out.count('suffix NLL (') == 2 and out.index('wrote pt/eval.json') < out.index('wrote ft/eval.json')
+    # pt's report on other data than its own is eval_sft.json: its eval.json (its own data) is kept
+    assert out.count('suffix NLL (') == 2 and out.index('wrote pt/eval_sft.json') < out.index('wrote ft/eval.json')
     for r in on_sft:
         assert r['docs'] == 'data/sft/eval.jsonl' and r['suffix_nll']['pad_fraction'] > 0.5  # the SFT samples: mostly pad
     assert on_sft[0]['suffix_nll'] != on_sft[1]['suffix_nll']  # two models, two reports
