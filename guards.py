@@ -236,7 +236,7 @@ def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else
     if device == 'cuda' and 'LOCAL_RANK' in os.environ:  # torchrun: each rank its own GPU, so
         device = f"cuda:{os.environ['LOCAL_RANK']}"  # that no rank opens a context on GPU 0
     try:
-        torch.ones(1, device=device).cpu()  # (a device that holds no data, meta, fails here)
+        torch.empty(1, device=device).cpu()  # (a device that holds no data, meta, fails here)
     except Exception:
         why = ' (no CUDA GPU here)' if 'cuda' in device and not torch.cuda.is_available() else ''
         raise InputError(f"--device={device} is not usable on this machine{why}: use --device=cpu")
