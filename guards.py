@@ -512,7 +512,7 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
     atexit.register(unlock)
     return f
 
-def ran_on(threads):  # -> where a run ran: commit ('+' if the tree differs from it), torch, CPU
+def ran_on():  # -> where a run runs: commit ('+': the tree differs), torch, CPU, threads
     import platform, subprocess, torch
     here = os.path.dirname(os.path.abspath(__file__))
     git = lambda *a: subprocess.Popen(['git', '-C', here, *a], stdout=subprocess.PIPE,
@@ -523,7 +523,8 @@ def ran_on(threads):  # -> where a run ran: commit ('+' if the tree differs from
     with suppress(OSError):
         cpu = next(line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo')
                    if line.startswith('model name'))
-    return dict(commit=commit + dirty, torch=torch.__version__, cpu=cpu, threads=threads)
+    return dict(commit=commit + dirty, torch=torch.__version__, cpu=cpu,
+                threads=torch.get_num_threads())
 
 class Progress:  # a long loop says how far it is, every 5 s: progress(text) at each turn
     def __init__(self, file=None):  # (eval.py: stderr, its stdout is the report)

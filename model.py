@@ -128,12 +128,6 @@ class Loop(nn.Module):
         # a damped fixed-point step of the block's update
         return z + self.alpha() * (self.block(z, cache, (segment, i)) - z)
 
-    def forward(self, z, k, rule=None, cache=None, segment=0):
-        """-> (output, Run). rule: None (every token runs k steps), or an Exit or ACT."""
-        if rule is None:
-            return self.fixed(z, k, cache, segment)
-        return self.per_token(z, k, rule, cache, segment)
-
     def fixed(self, z, k, cache=None, segment=0):
         """Every token k steps. The phantom gradient: the first k - phantom_steps steps build
         no graph (Huginn: a no-grad loop, then one with gradients)."""
@@ -159,8 +153,7 @@ class Loop(nn.Module):
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid, states = torch.zeros(z.shape[:2], device=z.device), []
         for i in range(k):
-            # evaluating, stop once every token has (in training this branch would break the
-            # compiled graph)
+            # evaluating: stop once all have (in training it would break the compiled graph)
             if not self.training and not running.any():
                 if cache is not None:
                     cache.skip(segment, i, k, z.size(1))
@@ -231,8 +224,7 @@ class GPT(nn.Module):
         model.load_state_dict(ckpt['model'])
         return model
 
-    def num_params(self):
-        """-> (distinct parameters, parameters with each tied block counted once per step)"""
+    def num_params(self):  # -> (distinct parameters, with each tied block counted once a step)
         distinct = sum(p.numel() for p in self.parameters())
         per_block = [sum(p.numel() for p in s.block.parameters()) for s in self.segments]
         return distinct, distinct + sum((k - 1) * n for k, n in zip(self.config.loops, per_block))
@@ -254,13 +246,21 @@ class GPT(nn.Module):
         -> (logits, loss, info); cache: a KVCache (generate)."""
         B, T = idx.shape
         loops = self.depths(n_loops)
-        z = self.embed(idx, 0 if cache is None else cache.pos)
+        start = 0 if cache is None else cache.pos  # (positions after the cached ones)
+        if start + T > self.config.block_size:
+            raise ValueError(f"sequence of {start + T} tokens is longer than the model's "
+                             f"block_size {self.config.block_size}")
+        pos = torch.arange(start, start + T, device=idx.device)
+        z = self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))  # token + position, LN
         for j, block in enumerate(self.prelude):
             z = block(z, cache, ('prelude', j))
         runs = []
         for s, (segment, k) in enumerate(zip(self.segments, loops)):
             rule = self.stop_rule(exit, s, k, z, cache)
-            z, run = segment(z, k, rule, cache, s)
+            if rule is None:  # every token k steps
+                z, run = segment.fixed(z, k, cache, s)
+            else:  # each token stops where the rule says: ACT's gate, or a post-hoc exit
+                z, run = segment.per_token(z, k, rule, cache, s)
             runs.append(run)
         logits = self.readout(z, cache)
         # per token: the iterations summed over the segments, the last iteration's probes
@@ -275,21 +275,12 @@ class GPT(nn.Module):
             loss, info['losses'] = self.objective(logits, targets, runs, sum(loops), info['ponder'])
         return logits, loss, info
 
-    def stop_rule(self, exit, segment, k, z, cache=None):
-        """-> what decides each token's depth: the ACT gate, a post-hoc Exit, or None."""
+    def stop_rule(self, exit, segment, k, z, cache=None):  # -> ACT's gate, an Exit, or None
         if self.config.act:
             if exit is not None:
                 raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
             return ACT(self.segments[segment].gate, k, z)
         return Exit(self, exit, segment, cache) if exit else None
-
-    def embed(self, idx, start=0):
-        """Token + position embeddings (positions from start, after the cached ones), LN."""
-        if start + idx.size(1) > self.config.block_size:
-            raise ValueError(f"sequence of {start + idx.size(1)} tokens is longer than the model's "
-                             f"block_size {self.config.block_size}")
-        pos = torch.arange(start, start + idx.size(1), device=idx.device)
-        return self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))
 
     def objective(self, logits, targets, runs, depth, ponder):
         """-> (the loss, {depth: its loss}). Multi-depth supervision: the mean of the losses at

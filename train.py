@@ -233,8 +233,7 @@ if eval_only:
 stop = guards.Stop(ckpt_path, master)  # Ctrl-C: finish the step, save, exit
 # -----------------------------------------------------------------------------
 if master:
-    where = guards.ran_on(torch.get_num_threads())  # every run's log says where it ran
-    print("ran on: " + ", ".join(f"{k} {v}" for k, v in where.items()))
+    print("ran on:", ", ".join(f"{k} {v}" for k, v in guards.ran_on().items()))
     print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
           f"{max_iters} on {device}; {precision}")
 last_loss, t0 = None, time.time()

@@ -257,7 +257,7 @@ def measure(name, seed):
     T = model.config.block_size
     rows = ev.val_rows(load_tokens(TOPICS, 'val'), T, eval_iters * batch_size, seed=1337)
     docs, _, x, real, _ = ev.doc_rows(TOPICS, T, max_docs=200)
-    out = dict(model=name, seed=seed, ran_on=ran_on(torch.get_num_threads()),
+    out = dict(model=name, seed=seed, ran_on=ran_on(),
                alphas=model.alphas(),
                train_flops=train_flops(model.config, T), val=measure_val(model, rows),
                docs=measure_docs(model, x, real, [d['topic'] for d in docs]))

@@ -78,11 +78,11 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
         for i in range(k):
             zs.append(seg.step(zs[-1], i))
         states += [s.detach().clone() for s in zs[1:]]
-        out, run = seg(z, k)
+        out, run = seg.fixed(z, k)
         assert torch.allclose(out, zs[-1], atol=1e-6)
         resid = residual(states[-1], states[-2])
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
-    out, run = seg(z, k, m.stop_rule(exit, seg_i, k, z))  # (ACT's rule, or the exit's)
+    out, run = seg.per_token(z, k, m.stop_rule(exit, seg_i, k, z))  # (ACT's rule, or the exit's)
     states += [s.detach().clone() for s in run.states]
     return out, run.depth, run.ponder, run.resid, states
 
@@ -572,7 +572,7 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.weight[0, 0] = 3.0
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
-        out, run = seg(z, 5, m.stop_rule(None, 0, 5, z))  # the ACT gate's rule
+        out, run = seg.per_token(z, 5, m.stop_rule(None, 0, 5, z))  # the ACT gate's rule
         depth, ponder, states = run.depth, run.ponder, states + run.states
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
