@@ -1,9 +1,8 @@
 """
 A tied-depth ("looped") GPT, each tied segment (Loop) one block run k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-In reading order: the config, the blocks, the tied loop (alpha, phantom, per-token depth), ACT,
-then the GPT: GPT.forward, GPT.objective (multi-depth supervision), the readout, a plain generate.
-Beside it: decode.py (post-hoc exits, KV cache, sampling extras), exitgate.py (Ouro's exit gate).
+Top to bottom: the config, the blocks, the tied loop (alpha, phantom, per-token depth), ACT, then
+GPT: GPT.forward, GPT.objective, readout, generate. Beside it: decode.py, exitgate.py (GUIDE.md).
 """
 import math
 from dataclasses import dataclass
