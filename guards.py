@@ -42,9 +42,7 @@ TRAIN_RULES = [
     # a key set (changed from its default) that acts only with another says so
     *[(f"{on} or '{key}' not in changed", f"does nothing without {on}: add --{on}=True, or drop "
        f"--{key}") for on, key in (('phantom', 'phantom_steps'), ('act', 'halt_penalty'),
-                                   ('exit_gate', 'exit_beta'))],
-    ("grad_noise or 'noise_iters' not in changed",
-     "does nothing without grad_noise: give --grad_noise=r, or drop --noise_iters")]
+                                   ('exit_gate', 'exit_beta'))]]
 
 # Each script's keys: {script: (each key's valid values, the rules across keys in words)}. x is
 # the key's value; configurator.py checks them before any work (test_domains tests them all)
@@ -53,7 +51,7 @@ KEYS = {
         {**MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
          'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
          'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
-         'grad_noise noise_iters': 'x >= 0', 'learning_rate': 'x > 0',
+         'learning_rate': 'x > 0',
          'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
          'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
          'dtype': DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",

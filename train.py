@@ -45,8 +45,6 @@ halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
 gate_detached = (0, 0)  # (a, b): at steps a <= iter < b the exit gate reads detached states
-grad_noise = 0.0  # r: in the first noise_iters steps, each language-model tensor's gradient gets
-noise_iters = 100  # fresh Gaussian noise of norm r times its own norm (RESULTS: the plain recipe)
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
@@ -187,13 +185,6 @@ def step_seed(*stream):
     low 32 bits: with (seed << 32) + iter_num, every seed drew the same batches."""
     return int(np.random.SeedSequence([seed, iter_num, *stream]).generate_state(1)[0])
 
-def add_noise(params, r, g):
-    """Each gradient g_p += noise of norm r |g_p|, in a fresh random direction."""
-    for p in params:
-        if p.grad is not None:
-            noise = torch.randn(p.shape, generator=g).to(p.grad)
-            p.grad += noise * (r * p.grad.norm() / noise.norm())
-
 def get_lr(it):  # linear warmup, then cosine decay to min_lr
     if it < warmup_iters:
         return learning_rate * (it + 1) / (warmup_iters + 1)
@@ -263,8 +254,6 @@ while iter_num < max_iters:
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
     guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
-    if grad_noise and iter_num < noise_iters:  # alike on all ranks: the gradients are synced
-        add_noise(clip_groups[0], grad_noise, torch.Generator().manual_seed(step_seed(2)))
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
         # gate) must not scale down the language model's whole step
         for group in clip_groups:

@@ -1,7 +1,8 @@
 # The best recipe nanoloop has trained at this shape (RESULTS.md, "What makes the exit gate's model
-# train better"): cpu_multi's multi-depth supervision plus the exit gate as a training aid. It is
-# mostly an optimisation setting: noise of the gate's gradient size gets 79% of its gain (RESULTS,
-# "Is the gate's model a tuned baseline?").
+# train better"): cpu_multi's multi-depth supervision plus the exit gate as a training aid. Noise
+# of the gate's gradient size, tensor by tensor, gets 79% of its gain (configs' settings); plain
+# noise, a fixed multiple of each gradient, about a third (tuned settings; RESULTS, "Plain
+# gradient noise").
 # exit_beta = 10 holds the exit distribution uniform, so the loss is multi-depth supervision's own
 # plus the gate's. The gate's gradient reaches the language model through the states, and does all
 # its good in the first 100 steps: from then on the gate reads detached states (it still learns).

@@ -74,7 +74,7 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
 STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
          'exit-0.1', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
 TUNE = {'w': 'warmup_iters', 'c': 'grad_clip', 'lr': 'learning_rate', 'a': 'alpha_init',
-        'b': 'beta2', 'n': 'grad_noise'}
+        'b': 'beta2'}  # ('n', grad_noise: issue 48's plain noise, at 7317180)
 
 def tuned(name):  # 'multi+w100+c0.25' -> (multi's args + --warmup_iters=100 --grad_clip=0.25, None)
     base, *knobs = name.split('+')

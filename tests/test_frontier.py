@@ -268,9 +268,11 @@ def test_from_runs_rewrites_a_page_from_its_runs_and_trains_nothing(tmp_path):
 
 
 def test_results_quote_only_numbers_the_campaign_wrote():
-    """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md."""
+    """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md (or its verdict.md,
+    which lab/noise/verdict.py writes from the same runs)."""
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
-    findings = ''.join(p.read_text() for p in (REPO / 'results').glob('*/findings.md'))
+    pages = [*(REPO / 'results').glob('*/findings.md'), *(REPO / 'results').glob('*/verdict.md')]
+    findings = ''.join(p.read_text() for p in pages)
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
 
 

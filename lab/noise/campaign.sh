@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Issue 48's campaign: plain gradient noise (train.py grad_noise) against the gate recipe and multi,
-# all at the tuned settings (d=64, 750 steps), trained at one commit on one machine.
-# Run from a checkout's root with data/topics_byte and data/sft_byte prepared:
-# $ bash lab/noise/campaign.sh   (about 30 runs at 2 jobs of one thread: 2-3 hours on 2 cores)
+# Issue 48's campaign: plain gradient noise (train.py --grad_noise=r) against the gate recipe and
+# multi, all at the tuned settings (d=64, 750 steps), trained at one commit (7317180) on one
+# machine; results/noise/verdict.md has the verdict (python lab/noise/verdict.py). grad_noise left
+# the code after it (RESULTS.md, "Plain gradient noise"): to rerun an arm, check out 7317180, where
+# this script was results/noise/campaign.sh and ran `python frontier.py` (now lab/frontier.py),
+# prepare data/topics_byte and data/sft_byte there, and run it from that checkout's root
+# (about 30 runs at 2 jobs of one thread: about 3 hours on 2 cores).
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
 run() { python lab/frontier.py --results=results/noise --runs=runs-noise --jobs=2 "$@"; }
