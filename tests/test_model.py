@@ -808,10 +808,9 @@ def test_cached_exit_skips_the_remaining_iterations(kind):
     assert depth.min() < k and len(depth.unique()) >= 2, "test needs tokens that exit early"
 
 
-@pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
-def test_one_token_decode_matches_the_batched_protocol(kind):
-    """A new token decoded alone, and two copies of it at once, take Loop.per_token: the two must get what the one
-    gets: depth, logits, the probe and every cache slot, skipped iterations included."""
+def mixed_depths(kind):
+    """-> (model, exit, 12 tokens) where tokens stop at different depths: under a maxprob or resid
+    exit, or ACT's gate (exit None)."""
     if kind == "resid":
         m, t = resid_model(4)
     else:
@@ -820,6 +819,14 @@ def test_one_token_decode_matches_the_batched_protocol(kind):
     idx = batch(1, 12)[0]
     if kind != "resid":  # the model's own continuation: varied depths
         idx = cached_generate(m, idx[:, :4], 8, top_k=1, exit=exit)[0]
+    return m, exit, idx
+
+
+@pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
+def test_one_token_decode_matches_the_batched_protocol(kind):
+    """A new token decoded alone, and two copies of it at once, take Loop.per_token: the two must get what the one
+    gets: depth, logits, the probe and every cache slot, skipped iterations included."""
+    m, exit, idx = mixed_depths(kind)
     one, two = KVCache(m.config.block_size), KVCache(m.config.block_size)
     seen = set()
     with torch.no_grad():
@@ -845,14 +852,7 @@ def test_a_prompt_prefilled_or_fed_a_token_at_a_time_leaves_the_same_cache(kind)
     and the same prompt fed a token at a time give every token the same depth and logits, and
     leave the same keys and values in every slot (before, a chunk kept its stopped tokens' frozen
     states' keys, while a token alone copied its last run slot)."""
-    if kind == "resid":
-        m, t = resid_model(4)
-    else:
-        m, t = (act_gen_model() if kind == "act" else gen_model(loops=(4,))).eval(), 0.3
-    exit = None if kind == "act" else (kind, t)
-    idx = batch(1, 12)[0]
-    if kind != "resid":  # the model's own continuation: varied depths
-        idx = cached_generate(m, idx[:, :4], 8, top_k=1, exit=exit)[0]
+    m, exit, idx = mixed_depths(kind)
     chunk, single = KVCache(m.config.block_size), KVCache(m.config.block_size)
     with torch.no_grad():
         logits, _, info = m(idx, exit=exit, cache=chunk)
