@@ -17,7 +17,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPTConfig, GPT
 from prepare import sft_targets, token_rows, load_meta, load_tokens
-from guards import autocast_dtype
 
 # -----------------------------------------------------------------------------
 # default config: the paper's 7M single-depth sandwich (v3) on the topics data
@@ -126,7 +125,7 @@ world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
 micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
-dtype, ctx, precision = autocast_dtype(device, dtype)  # precision: which dtype, and why
+dtype, ctx, precision = guards.autocast_dtype(device, dtype)  # precision: which, and why
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block_size
