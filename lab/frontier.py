@@ -351,8 +351,10 @@ def envelope(run):
     y = np.minimum.accumulate([p['nll'] for p in fixed])
     return lambda flops: float(np.interp(flops, x, y))
 
-def at(k, key='nll'):  # the val NLL (or another key) of a run at fixed depth k
-    return lambda run: next(p[key] for p in run['val']['fixed'] if p['t'] == k)
+def at(k, key='nll'):  # the val NLL (or another key) of a run at fixed depth k (no loop: its one)
+    fixed = lambda run: run['val']['fixed']
+    return lambda run: fixed(run)[0][key] if len(fixed(run)) == 1 else next(
+        p[key] for p in fixed(run) if p['t'] == k)
 
 def trained(run):  # ... at the depth it trained at (ACT: the gate's)
     return (run['val'].get('ACT') or run['val']['fixed'])[-1]['nll']
