@@ -36,7 +36,7 @@ import torch.nn.functional as F
 import eval as ev
 from model import GPT
 from prepare import sft_targets, load_meta, load_tokens
-from guards import InputError, check_output, load_checkpoint, saving, ran_on
+from guards import InputError, check_output, load_checkpoint, saving, written, ran_on
 
 SCHEDULE = ['--max_iters=750', '--lr_decay_iters=750', '--eval_interval=250']  # half the configs'
 WIDE = ['--n_embd=192', '--n_head=6', '--dtype=bfloat16']  # where bf16 autocast pays on a CPU
@@ -675,6 +675,6 @@ if __name__ == '__main__':
             load_meta(data_dir)
     measured = read_runs(results) if from_runs else campaign(names)
     for name, text in (('findings.md', findings(measured)), ('frontier.svg', chart(measured))):
-        with open(os.path.join(results, name), 'w') as f:
+        with written(os.path.join(results, name)) as f:  # whole, or the old page kept
             f.write(text)
     print(f"wrote {results}/findings.md and frontier.svg")
