@@ -43,7 +43,7 @@ class KVCache:
         self.block_size = block_size
         self.kv = {}  # slot -> (keys, values), each (B, heads, block_size, head size)
         self.pos = 0  # positions cached so far: a forward pass writes its T tokens from here
-        self.stopped = None  # (B, T) bool during a per-token loop: the tokens that stopped
+        self.stopped = None  # (B, T) bool while some tokens of a per-token loop have stopped
 
     def update(self, slot, k, v):
         if slot not in self.kv:
@@ -52,8 +52,8 @@ class KVCache:
         keys, values = self.kv[slot]
         now = slice(self.pos, self.pos + k.size(2))
         keys[:, :, now], values[:, :, now] = k, v
-        if self.stopped is not None and slot[1] > 0 and self.stopped.any():  # a stopped token keeps
-            last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # its last run slot's keys, values
+        if self.stopped is not None and slot[1] > 0:  # a stopped token keeps its last run slot's
+            last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # keys and values
             for new, old in zip((keys, values), last):
                 new[:, :, now] = torch.where(self.stopped[:, None, :, None], old[:, :, now],
                                              new[:, :, now])

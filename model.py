@@ -158,7 +158,7 @@ class Loop(nn.Module):
                     cache.skip(segment, i, k, z.size(1))
                 break
             if cache is not None:  # what a stopped token leaves in the cache: decode.KVCache
-                cache.stopped = ~running
+                cache.stopped = None if running.all() else ~running
             z_new = self.step(z, i, cache, segment)
             r = residual(z_new, z)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
