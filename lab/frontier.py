@@ -67,6 +67,13 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
        for name, config, args in CONFIRM},
     **{f'{name}-wide': ([config, *SCHEDULE, *[a.format(750) for a in args], *WIDE], None)
        for name, config, args in CONFIRM},
+    # issue 50: multi-depth supervision weighted toward the deep depths (the loss at depth d
+    # weighs d ** p), in a curriculum (375 steps of the last depth alone, or of all but it), or
+    # with a consistency loss toward the last depth's prediction (its weight)
+    **{f'weighted-{p}': pt('multi', f'--supervise_power={p}') for p in (1, 2)},
+    **{f'{kind}-first': pt('multi', f"--curriculum=('{kind}',375)")
+       for kind in ('deep', 'shallow')},
+    **{f'consist-{w}': pt('multi', f'--consistency={w}') for w in (0.1, 1, 10)},
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
@@ -206,7 +213,8 @@ def measure_val(model, rows):
     mean = lambda v: v.mean().item()
     out = {'fixed': [point(k, k * S, mean(n)) | dict(maxprob=mean(m), resid=mean(r))
                      for k, n, m, r in zip(range(1, K + 1), nll, maxprob, resid)],
-           'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)])}
+           'oracle': oracle(nll, [flops(c, T, k * S) for k in range(1, K + 1)]),
+           'past': [point(2 * K, 2 * K * S, ev.val_nll(model, rows, batch_size, 2 * K)[0])]}
     for kind in c.exit_kinds():  # (a maxprob check reads out)
         ts = THRESHOLDS[kind]
         frozen = [(t, *ev.val_nll(model, rows, batch_size, exit=(kind, t))) for t in ts]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Issue 50's campaign: multi-depth supervision weighted toward the deep depths, in a curriculum,
+# or with a consistency loss, against multi and single, all at the tuned settings (d=64, 750
+# steps), on one commit and one machine; python lab/depthsup/verdict.py writes the verdict
+# (results/depthsup/verdict.md). Run from the repository root with data/topics_byte prepared
+# (about 30 runs at 2 jobs of one thread: about 2.5 hours on 2 cores).
+set -euo pipefail
+T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
+run() { python lab/frontier.py --results=results/depthsup --runs=runs-depthsup --jobs=2 "$@"; }
+# 1. a seed-1 screen of each family, beside multi and single
+run --seeds="(1,)" --models=multi+$T,single+$T,weighted-1+$T,weighted-2+$T,deep-first+$T,shallow-first+$T,consist-0.1+$T,consist-1+$T,consist-10+$T
+# each family's pick: the lowest val NLL at the trained depth (k=12) at seed 1
+pick() {
+  python -c "
+import json, sys
+nll = lambda arm: next(p['nll'] for p in json.load(open(f'results/depthsup/runs/{arm}+$T-s1.json'))['val']['fixed'] if p['t'] == 12)
+print(min(sys.argv[1:], key=nll))" "$@"
+}
+W=$(pick weighted-1 weighted-2); C=$(pick deep-first shallow-first); K=$(pick consist-0.1 consist-1 consist-10)
+echo "picks at seed 1: $W $C $K"
+# 2. the picks at 5 seeds beside multi and single, on the same batches (3 seeds first)
+ARMS=multi+$T,single+$T,$W+$T,$C+$T,$K+$T
+run --seeds="(1,2,3)" --models=$ARMS
+run --seeds="(1,2,3,4,5)" --models=$ARMS
