@@ -1,0 +1,101 @@
+"""Issue 50's verdict: can weighted, curriculum or consistency-trained multi-depth supervision keep
+multi's free early exit and gain depth? From the campaign's runs (bash lab/depthsup/campaign.sh):
+$ python lab/depthsup/verdict.py            -> results/depthsup/verdict.md (or FOLDER/verdict.md)
+Every difference is paired by seed, on the same held-out rows; a **finding** beyond t(0.975, n-1)
+standard errors (lab/frontier.py's verdict). The questions, each answered by that rule:
+- free exit kept: the variant's k=1 penalty (k=1 minus its best depth) is not a finding above
+  multi's;
+- depth gained: its NLL at the trained depth (k=12) is a finding below multi's;
+- single's depth scaling recovered: its k=12 NLL is not a finding above single's."""
+import os
+import sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
+import frontier as fr
+
+RESULTS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(fr.HERE, 'results', 'depthsup')
+TUNED = 'w100+lr4.5e-3'
+FAMILIES = {'weighted': ['weighted-1', 'weighted-2'], 'curriculum': ['deep-first', 'shallow-first'],
+            'consistency': ['consist-0.1', 'consist-1', 'consist-10']}
+BASES = ['multi', 'single']
+
+def past(run):  # val NLL at twice the trained depth (k=24)
+    return run['val']['past'][0]['nll']
+
+def maxprob_rows(runs, name):
+    """The frozen maxprob exit against the model's own uniform depth at equal FLOPs."""
+    return fr.policy_rows(runs, name, 'frozen maxprob')
+
+def screen(runs):
+    arms = [a for a in BASES + sum(FAMILIES.values(), []) if 1 in runs.get(f'{a}+{TUNED}', {})]
+    rows = [[a, *[f"{value(runs[f'{a}+{TUNED}'][1]):.3f}" for value in
+                  (fr.at(1), fr.at(12), past, fr.k1_penalty)]] for a in arms]
+    picks = {family: min((a for a in arms if a in members),
+                         key=lambda a: fr.at(12)(runs[f'{a}+{TUNED}'][1]), default=None)
+             for family, members in FAMILIES.items()}
+    text = ["## The seed-1 screen\n",
+            "Each family's pick: its lowest val NLL at the trained depth (k=12) at seed 1.\n",
+            fr.table(['arm (+' + TUNED + ')', 'k=1', 'k=12', 'k=24', 'k=1 penalty'], rows),
+            "Picks: " + ', '.join(f"{f}: `{p}`" for f, p in picks.items()) + ".\n"]
+    return '\n'.join(text), [p for p in picks.values() if p]
+
+def answers(runs, arm):
+    """-> (the table's differences, the three answers) of one arm against multi and single."""
+    a, m, s = (f'{x}+{TUNED}' for x in (arm, 'multi', 'single'))
+    d = {'multi: NLL at k=12': fr.paired(runs, a, m, fr.at(12)),
+         'multi: the k=1 penalty': fr.paired(runs, a, m, fr.k1_penalty),
+         'multi: NLL at k=1': fr.paired(runs, a, m, fr.at(1)),
+         'multi: NLL at k=24': fr.paired(runs, a, m, past),
+         'single: NLL at k=12': fr.paired(runs, a, s, fr.at(12))}
+    finding = lambda diffs, sign: fr.verdict(diffs).startswith('**') and sign * fr.stats(
+        diffs)[0] > 0
+    said = {'free exit kept': not finding(d['multi: the k=1 penalty'], +1),
+            'depth gained': finding(d['multi: NLL at k=12'], -1),
+            "single's depth scaling": not finding(d['single: NLL at k=12'], +1)}
+    return d, said
+
+def answer(yes, seeds):  # the rule decides nothing under 3 seeds
+    return 'no verdict' if seeds < 3 else 'yes' if yes else 'no'
+
+def main():
+    runs = fr.read_runs(RESULTS)
+    text, picks = screen(runs)
+    arms = [a for a in ['multi', 'single', *picks] if f'{a}+{TUNED}' in runs]
+    seeds = {a: len(runs[f'{a}+{TUNED}']) for a in arms}
+    lines = ["# Weighted, curriculum and consistency multi-depth supervision (issue 50)\n",
+             f"Written by `python lab/depthsup/verdict.py` from `results/depthsup/runs/*.json` "
+             f"(`bash lab/depthsup/campaign.sh`). d=64, 750 steps, the tuned settings (warmup "
+             f"100, learning rate 4.5e-3), byte-level topics; val NLL on the same 160 held-out "
+             f"rows. weighted-p: depth d's loss weighs d ** p (multi: p = 0); deep-first / "
+             f"shallow-first: for the first 375 steps the last depth alone / all but it, then "
+             f"all; consist-w: multi plus w times the mean KL from the last depth's prediction "
+             f"(no gradient into it) to each earlier supervised depth's.\n", text,
+             "## The picks beside multi and single, paired by seed\n",
+             fr.table(['arm', 'seeds', 'k=1', 'k=12', 'k=24', 'k=1 penalty'],
+                      [[a, seeds[a], *[fr.cell(runs, f'{a}+{TUNED}', v) for v in
+                                       (fr.at(1), fr.at(12), past, fr.k1_penalty)]]
+                       for a in arms])]
+    said_all = {}
+    for arm in [a for a in arms if a not in ('multi', 'single')]:
+        d, said_all[arm] = answers(runs, arm)
+        lines += [f"### {arm}\n", fr.differences([(f"{arm} minus {w}", x) for w, x in d.items()])]
+    lines += ["## The maxprob exit against uniform depth at equal FLOPs\n",
+              "Each threshold's NLL minus the model's own fixed-depth curve at that compute "
+              "(< 0: the exit beats uniform depth).\n",
+              fr.table(['model', 'policy', 't', 'MFLOPs/token', 'depth', 'NLL', 'minus uniform',
+                        'verdict'], [row for a in arms
+                                     for row in maxprob_rows(runs, f'{a}+{TUNED}')])]
+    if said_all:
+        lines += ["## The answers, by the rule\n",
+                  fr.table(['arm', *next(iter(said_all.values()))],
+                           [[arm, *[answer(v, len(runs[f'{arm}+{TUNED}'])) for v in said.values()]]
+                            for arm, said in said_all.items()])]
+    where = sorted({f"{x['ran_on']['commit']} ({x['ran_on']['cpu']}, torch {x['ran_on']['torch']})"
+                    for per in runs.values() for x in per.values() if 'ran_on' in x})
+    lines.append(f"Where the runs ran: {'; '.join(where)}.\n")
+    text = '\n'.join(lines)
+    with fr.written(os.path.join(RESULTS, 'verdict.md')) as f:  # whole, or the old page kept
+        f.write(text)
+    print(text)
+
+if __name__ == '__main__':
+    main()
