@@ -18,12 +18,20 @@ FAMILIES = {'weighted': ['weighted-1', 'weighted-2'], 'curriculum': ['deep-first
             'consistency': ['consist-0.1', 'consist-1', 'consist-10']}
 BASES = ['multi', 'single']
 
-def past(run):  # val NLL at twice the trained depth (k=24)
-    return run['val']['past'][0]['nll']
+def past(run):  # val NLL at twice the trained depth (k=24); nan where the run lacks it
+    return run['val']['past'][0]['nll'] if 'past' in run['val'] else float('nan')
+
+def measured(values):  # the values of the seeds that measured it (issue 48's runs lack k=24)
+    return [v for v in values if v == v]
 
 def maxprob_rows(runs, name):
     """The frozen maxprob exit against the model's own uniform depth at equal FLOPs."""
     return fr.policy_rows(runs, name, 'frozen maxprob')
+
+def past_cell(per_seed, minus=lambda run: 0):  # k=24 (minus ...) where measured, and on how many
+    values = measured([past(r) - minus(r) for r in per_seed.values()])
+    some = f" ({len(values)} of {len(per_seed)} seeds)" if len(values) < len(per_seed) else ''
+    return fr.pm(values) + some
 
 def screen(runs):
     arms = [a for a in BASES + sum(FAMILIES.values(), []) if 1 in runs.get(f'{a}+{TUNED}', {})]
@@ -44,7 +52,7 @@ def answers(runs, arm):
     d = {'multi: NLL at k=12': fr.paired(runs, a, m, fr.at(12)),
          'multi: the k=1 penalty': fr.paired(runs, a, m, fr.k1_penalty),
          'multi: NLL at k=1': fr.paired(runs, a, m, fr.at(1)),
-         'multi: NLL at k=24': fr.paired(runs, a, m, past),
+         'multi: NLL at k=24': measured(fr.paired(runs, a, m, past)),
          'single: NLL at k=12': fr.paired(runs, a, s, fr.at(12))}
     finding = lambda diffs, sign: fr.verdict(diffs).startswith('**') and sign * fr.stats(
         diffs)[0] > 0
@@ -70,10 +78,11 @@ def main():
              f"all; consist-w: multi plus w times the mean KL from the last depth's prediction "
              f"(no gradient into it) to each earlier supervised depth's.\n", text,
              "## The picks beside multi and single, paired by seed\n",
-             fr.table(['arm', 'seeds', 'k=1', 'k=12', 'k=24', 'k=1 penalty'],
+             fr.table(['arm', 'seeds', 'k=1', 'k=12', 'k=24', 'k=24 minus k=12', 'k=1 penalty'],
                       [[a, seeds[a], *[fr.cell(runs, f'{a}+{TUNED}', v) for v in
-                                       (fr.at(1), fr.at(12), past, fr.k1_penalty)]]
-                       for a in arms])]
+                                       (fr.at(1), fr.at(12))], past_cell(runs[f'{a}+{TUNED}']),
+                        past_cell(runs[f'{a}+{TUNED}'], fr.at(12)),
+                        fr.cell(runs, f'{a}+{TUNED}', fr.k1_penalty)] for a in arms])]
     said_all = {}
     for arm in [a for a in arms if a not in ('multi', 'single')]:
         d, said_all[arm] = answers(runs, arm)
