@@ -61,6 +61,17 @@ def answers(runs, arm):
             "single's depth scaling": not finding(d['single: NLL at k=12'], +1)}
     return d, said
 
+def reproduced(runs):
+    """multi and single, trained here and by issue 48's campaign (results/noise, at 7317180):
+    the seeds whose val NLL at every depth is the same to the last digit, and the others."""
+    noise = fr.read_runs(os.path.join(fr.HERE, 'results', 'noise'))
+    lines = []
+    for arm in (f'multi+{TUNED}', f'single+{TUNED}'):
+        both = sorted(set(runs.get(arm, {})) & set(noise.get(arm, {})))
+        same = [s for s in both if runs[arm][s]['val']['fixed'] == noise[arm][s]['val']['fixed']]
+        lines.append(f"{arm}: the same at seeds {same or 'none'} of {both}.")
+    return ' '.join(lines)
+
 def answer(yes, seeds):  # the rule decides nothing under 3 seeds
     return 'no verdict' if seeds < 3 else 'yes' if yes else 'no'
 
@@ -100,7 +111,8 @@ def main():
                             for arm, said in said_all.items()])]
     where = sorted({f"{x['ran_on']['commit']} ({x['ran_on']['cpu']}, torch {x['ran_on']['torch']})"
                     for per in runs.values() for x in per.values() if 'ran_on' in x})
-    lines.append(f"Where the runs ran: {'; '.join(where)}.\n")
+    lines.append(f"Where the runs ran: {'; '.join(where)}. Reproduced across commits (val NLL at "
+                 f"every depth, as at 7317180 in results/noise): {reproduced(runs)}\n")
     text = '\n'.join(lines)
     with fr.written(os.path.join(RESULTS, 'verdict.md')) as f:  # whole, or the old page kept
         f.write(text)
