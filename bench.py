@@ -22,10 +22,10 @@ import sys
 import time
 import shlex
 import torch
-from model import GPTConfig, GPT, Block
+from model import GPTConfig, GPT, Block, autocast
 from decode import generate
 import guards
-from guards import InputError, autocast_dtype, get_device, load_checkpoint, parse_exit
+from guards import InputError, get_device, load_checkpoint, parse_exit
 from prepare import get_tokenizer
 
 # training rows: [n_prelude std][loop x k][n_coda std], batch_size x block_size tokens per step
@@ -60,7 +60,7 @@ FP32, BF16 = (torch.autocast('cuda' if cuda else 'cpu', torch.bfloat16, enabled=
               for on in (False, True))  # each reusable: the contexts the dtype rows compare
 # the training rows' dtype, and the generation rows' (on a CPU: float32 decodes faster)
 (_, ctx, precision), (_, gen_ctx, gen_precision) = (
-    autocast_dtype(device, dtype, decode) for decode in (False, True))
+    autocast(device, dtype, decode) for decode in (False, True))
 sync = torch.cuda.synchronize if cuda else (lambda: None)
 BF16_PEAK = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'L4': 121e12, '4090': 165e12,
              '3090': 71e12}

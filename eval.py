@@ -9,7 +9,7 @@ import guards  # (first: its one handler covers the imports too, Ctrl-C included
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import GPT
+from model import GPT, autocast
 from prepare import (get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs,
                      dataset_folder, split_folder)
 from depthmap import write_html
@@ -162,7 +162,7 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one mode
     # eval.json on the model's own data; eval_<data>.json on other data (each kept)
     name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
     guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir')
-    precision = guards.autocast_dtype(device, dtype, trained=ckpt['config'].get('dtype', ''))
+    precision = autocast(device, dtype, trained=ckpt['config'].get('dtype', ''))
     return model.eval(), data_dir, T, precision, report
 
 @torch.no_grad()

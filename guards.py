@@ -245,24 +245,6 @@ def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else
         raise InputError(f"--device={device} is not usable on this machine{why}: use --device=cpu")
     return device
 
-def autocast_dtype(device, dtype='', decode=False, trained=''):  # -> (dtype, autocast, why)
-    import torch
-    device_type = 'cuda' if 'cuda' in device else 'cpu'
-    why = f"--dtype={dtype}"  # '' is the dtype the model was trained with, else the fastest
-    if not dtype and trained:
-        dtype, why = trained, "the dtype the model was trained with"
-    elif not dtype and device_type == 'cuda':
-        dtype, why = 'bfloat16', "the default on CUDA"
-    elif not dtype and decode:
-        dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
-    elif not dtype:
-        has = (['AMX'] * torch.cpu._is_amx_tile_supported()
-               + ['avx512_bf16'] * torch.cpu._is_avx512_bf16_supported())
-        dtype = 'bfloat16' if has else 'float32'
-        why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
-    ctx = torch.autocast(device_type, torch.bfloat16, enabled=dtype == 'bfloat16')
-    return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"
-
 def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt), ckpt)
     import torch  # (build: GPT.from_checkpoint; key: the option that named the folder)
     if os.path.exists(path) and not os.path.isfile(path):  # (a FIFO would hang the read)

@@ -7,7 +7,7 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft  # side by side: same pr
 import os, sys, time
 import guards  # (first: its one handler covers the imports too, Ctrl-C included)
 import torch
-from model import GPT
+from model import GPT, autocast
 from decode import generate
 from depthmap import legend, painted
 from prepare import get_tokenizer
@@ -37,7 +37,7 @@ def load(out_dir):  # a model and what sampling it needs: each option checked fo
     max_depth = sum(guards.check_n_loops(model, n_loops))  # (one depth for all, or one each)
     exit = guards.parse_exit(exit_at, model.config) if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
-    _, ctx, precision = guards.autocast_dtype(device, dtype, True, ckpt['config'].get('dtype', ''))
+    _, ctx, precision = autocast(device, dtype, True, ckpt['config'].get('dtype', ''))
     return model.eval(), max_depth, exit, ctx, precision, encode(start), decode
 
 names = guards.folders(out_dir, once=False)  # several models, each under its name (one twice: ok)

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT
+from model import GPTConfig, GPT, autocast
 from prepare import sft_targets, token_rows, load_meta, load_tokens
 
 # -----------------------------------------------------------------------------
@@ -129,7 +129,7 @@ world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
 micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
-dtype, ctx, precision = guards.autocast_dtype(device, dtype)  # precision: which, and why
+dtype, ctx, precision = autocast(device, dtype)  # precision: which, and why
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block_size

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, ExitGate, Run, residual
+from model import GPT, GPTConfig, ExitGate, Run, autocast, residual
 from decode import KVCache, generate as cached_generate
-from guards import autocast_dtype, load_checkpoint
+from guards import load_checkpoint
 
 V = 50  # vocab size of every test model
 
@@ -1144,7 +1144,7 @@ def test_the_default_dtype_is_bf16_only_on_cpus_with_bf16_instructions(monkeypat
     monkeypatch.setattr(torch.cpu, '_is_avx512_bf16_supported', lambda: avx512_bf16)
 
     def picked(*args, **kw):  # -> (dtype, line); the context matches the dtype
-        dtype, ctx, line = autocast_dtype(*args, **kw)
+        dtype, ctx, line = autocast(*args, **kw)
         assert ctx.device == args[0].split(':')[0] and ctx.fast_dtype == torch.bfloat16
         if ctx.device == 'cpu':  # (on a machine without CUDA, a cuda context disables itself)
             assert ctx._enabled == (dtype == 'bfloat16')
