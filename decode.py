@@ -16,7 +16,8 @@ class Exit:
 
     def __init__(self, model, exit, segment, cache=None):
         if exit[0] not in model.config.exit_kinds():
-            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t), with a tied loop")
+            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t) on a tied loop "
+                             "without an ACT gate (it picks each token's depth itself)")
         self.kind, self.t = exit
         self.model, self.segment, self.cache = model, segment, cache
 
@@ -61,16 +62,11 @@ class KVCache:
 
     def skip(self, segment, i, k, T):
         """Every token of the chunk stopped after i iterations: iterations i..k-1 are not run, and
-        each of their slots gets a copy of the slot of iteration i - 1 (the rule above)."""
+        each of their slots gets the keys and values of iteration i - 1's (the rule above)."""
         now = slice(self.pos, self.pos + T)
-        last_run = [slot for slot in self.kv if slot[:2] == (segment, i - 1)]
-        for slot in last_run:
+        for slot in [slot for slot in self.kv if slot[:2] == (segment, i - 1)]:
             for j in range(i, k):
-                skipped = (segment, j) + slot[2:]
-                if skipped not in self.kv:
-                    self.kv[skipped] = tuple(torch.empty_like(t) for t in self.kv[slot])
-                for last, copy in zip(self.kv[slot], self.kv[skipped]):  # keys, then values
-                    copy[:, :, now] = last[:, :, now]
+                self.update((segment, j, *slot[2:]), *(t[:, :, now] for t in self.kv[slot]))
 
 def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
     """The next token's distribution from the last logits (B, vocab); idx: the context so far."""

@@ -22,16 +22,11 @@ class ExitGate(nn.Module):
         nn.init.zeros_(self.gate.bias)
         self.detached = False  # True (train.py gate_detached): its gradient stops at the gate
 
-    def lam(self, z):  # (B, T): each token's chance to stop at this state, if still running
-        if self.detached:
-            z = z.detach()
-        return torch.sigmoid(self.gate(z).float()).squeeze(-1)
-
     def distribution(self, states):
         """The states at every supervised depth but the last -> p (depths, B, T), 1 per token."""
         p, survive = [], 1.0  # survive: the chance that a token has not stopped yet
-        for z in states:
-            lam = self.lam(z)
+        for z in states:  # lam: each token's chance to stop at this state, if still running
+            lam = torch.sigmoid(self.gate(z.detach() if self.detached else z).float()).squeeze(-1)
             p.append(survive * lam)
             survive = survive * (1 - lam)
         return torch.stack(p + [survive])

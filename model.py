@@ -116,10 +116,11 @@ class Loop(nn.Module):
         # alpha = sigmoid(logit): initialise the LOGIT so alpha starts at exactly alpha_init
         # (the study's bug: a logit of 0.1 gives alpha = sigmoid(0.1) = 0.525)
         self.alpha_logit = nn.Parameter(torch.tensor(math.log(c.alpha_init / (1 - c.alpha_init))))
-        if c.act:
-            # the halting gate starts at h = sigmoid(-3) = 0.047 a step: tokens run to the maximum
-            # (a gate starting at h = 0.5 halts all after 2 steps: it never sees depth pay)
-            self.gate = zero_linear(c.n_embd, 1)
+        if c.act:  # the halting gate: zero weights, made without drawing a random number (with
+            # a gate, seed s gives the same other weights), and h = sigmoid(-3) = 0.047 a step, so
+            # tokens run to the maximum (starting at h = 0.5 all halt after 2: depth never pays)
+            self.gate = nn.utils.skip_init(nn.Linear, c.n_embd, 1)
+            nn.init.zeros_(self.gate.weight)
             nn.init.constant_(self.gate.bias, -3.0)
 
     def alpha(self):
@@ -143,9 +144,8 @@ class Loop(nn.Module):
                 z = z_in + (z - z_in).detach()
             if keep:
                 states.append(z)
-        resid = torch.zeros(z.shape[:2], device=z.device)
-        if not self.training:  # the probe, for evaluation: training needs none
-            resid = residual(z, z_prev)
+        # the probe, for evaluation: training needs none
+        resid = torch.zeros(z.shape[:2], device=z.device) if self.training else residual(z, z_prev)
         return z, Run(k, None, resid, states)
 
     def per_token(self, z, k, rule, cache=None, segment=0):
@@ -250,19 +250,19 @@ class GPT(nn.Module):
         loops = self.depths(n_loops)
         start = 0 if cache is None else cache.pos  # (positions after the cached ones)
         if start + T > self.config.block_size:
-            raise ValueError(f"sequence of {start + T} tokens is longer than the model's "
-                             f"block_size {self.config.block_size}")
+            raise ValueError(f"{start + T} tokens: more than block_size {self.config.block_size}")
         pos = torch.arange(start, start + T, device=idx.device)
         z = self.drop(self.ln_emb(self.wte(idx) + self.wpe(pos)))  # token + position, LN
         for j, block in enumerate(self.prelude):
             z = block(z, cache, ('prelude', j))
         runs = []
         for s, (segment, k) in enumerate(zip(self.segments, loops)):
-            rule = self.stop_rule(exit, s, k, z, cache)
-            if rule is None:  # every token k steps
+            if exit:  # each token stops where a rule says: a post-hoc exit,
+                z, run = segment.per_token(z, k, Exit(self, exit, s, cache), cache, s)
+            elif self.config.act:  # or ACT's gate
+                z, run = segment.per_token(z, k, ACT(segment.gate, k, z), cache, s)
+            else:  # every token k steps
                 z, run = segment.fixed(z, k, cache, s)
-            else:  # each token stops where the rule says: ACT's gate, or a post-hoc exit
-                z, run = segment.per_token(z, k, rule, cache, s)
             runs.append(run)
         logits = self.readout(z, cache)
         # per token: the iterations summed over the segments, the last iteration's probes
@@ -276,13 +276,6 @@ class GPT(nn.Module):
         if targets is not None:
             loss, info['losses'] = self.objective(logits, targets, runs, sum(loops), info['ponder'])
         return logits, loss, info
-
-    def stop_rule(self, exit, segment, k, z, cache=None):  # -> ACT's gate, an Exit, or None
-        if self.config.act:
-            if exit is not None:
-                raise ValueError(f"exit={exit}: the ACT gate already chooses each token's depth")
-            return ACT(self.segments[segment].gate, k, z)
-        return Exit(self, exit, segment, cache) if exit else None
 
     def objective(self, logits, targets, runs, depth, ponder):
         """-> (the loss, {depth: its loss}). Multi-depth supervision: the mean of the losses at
@@ -347,13 +340,6 @@ class GPT(nn.Module):
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
         return idx
 
-def zero_linear(n_in, n_out):
-    """Zeros, drawing no random number: with a gate, seed s gives the same other weights."""
-    layer = nn.utils.skip_init(nn.Linear, n_in, n_out)
-    nn.init.zeros_(layer.weight)
-    nn.init.zeros_(layer.bias)
-    return layer
-
 @torch.no_grad()
 def residual(z_new, z):
     """-> |z_k - z_(k-1)| / |z_(k-1)| per token: the study's probe, and the 'resid' exit's."""
@@ -365,9 +351,8 @@ def need(ok, why):  # GPTConfig's checks: bad input to the model, said in words
         raise ValueError(f"GPTConfig: {why}")
 
 def autocast(device, dtype='', decode=False, trained=''):
-    """-> (dtype, its autocast context, which and why: a line for the log). dtype '' picks the
-    dtype the model was trained with (trained), else bf16 on CUDA; on a CPU float32 to decode (a
-    token at a time), and bf16 only with the instructions that make it fast (AMX, AVX-512 BF16)."""
+    """-> (dtype, its autocast context, which and why). dtype '': the model's own (trained), else
+    bf16 on CUDA; on a CPU float32 to decode, bf16 only with bf16 instructions (AMX, AVX-512)."""
     if dtype:
         why = f"--dtype={dtype}"
     elif trained:

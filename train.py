@@ -88,18 +88,17 @@ if init_from == 'resume':
     model, ckpt = guards.load_checkpoint(ckpt_path, GPT.from_checkpoint)
     run = {k: v for k, v in ckpt['config'].items() if k in config and k not in guards.RUN_ONLY}
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+    print(f"resuming from {ckpt_path} at iter {iter_num}")
 elif init_from != 'scratch':
     model, ckpt = guards.load_checkpoint(os.path.join(init_from, 'ckpt.pt'), GPT.from_checkpoint,
                                          key='init_from')
     run = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
+    print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
 if ckpt:  # a key given here that the run fixes (its model, its data) must agree with it
     guards.check_kept(given, run, config, {*asdict(model.config), 'dataset'})
     config = {**config, **run, **{k: config[k] for k in given}}
     globals().update(config)
 device = guards.check_run(config, defaults)  # the rules across keys, DDP's share, the device
-if ckpt:
-    print(f"resuming from {ckpt_path} at iter {iter_num}" if init_from == 'resume' else
-          f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
 # the data: token streams as np.memmaps, read from disk as they are used (SFT: whole rows)
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
@@ -115,17 +114,14 @@ if init_from == 'scratch':
     model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size']))
 else:
     guards.check_start(model, ckpt, meta, data_dir, block_size)
-gptconf = model.config
 # -----------------------------------------------------------------------------
 
-ddp = 'RANK' in os.environ  # started by torchrun?
-rank = 0
+ddp = 'RANK' in os.environ  # started by torchrun? It sets each process's rank, and how many
+rank, world = int(os.environ.get('RANK', 0)), int(os.environ.get('WORLD_SIZE', 1))
 if ddp:
     dist.init_process_group(backend=backend or ('nccl' if 'cuda' in device else 'gloo'))
-    rank = dist.get_rank()
     if 'cuda' in device:  # (check_run gave this rank its own GPU: cuda:LOCAL_RANK)
         torch.cuda.set_device(device)
-world = int(os.environ.get('WORLD_SIZE', 1))  # torchrun's processes
 micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
 master = rank == 0  # only rank 0 logs and writes checkpoints
 device_type = 'cuda' if 'cuda' in device else 'cpu'
@@ -198,7 +194,7 @@ def get_lr(it):  # linear warmup, then cosine decay to min_lr
 
 def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
-                model_args=asdict(gptconf), iter_num=iter_num, best_val_loss=best_val_loss,
+                model_args=asdict(raw_model.config), iter_num=iter_num, best_val_loss=best_val_loss,
                 config={k: globals()[k] for k in config_keys}, meta=meta)
     guards.save(ckpt, ckpt_path, iter_num, stop)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
@@ -209,7 +205,7 @@ def log_line(lossf, info, lr, dt):
         line += ", depths " + " ".join(f"k{k}:{v.item():.3f}" for k, v in info['losses'].items())
     if info['ponder'] is not None:  # ACT: the mean depth the gate chose
         line += f", depth {info['depth'].float().mean():.2f} ponder {info['ponder']:.2f}"
-    if gptconf.loops:
+    if raw_model.config.loops:
         line += ", alpha " + "/".join(f"{a:.3f}" for a in raw_model.alphas())
     line += f", lr {lr:.2e}, {dt * 1000:.0f}ms/iter, {tokens_per_iter / dt:,.0f} tok/s"
     if device_type == 'cuda':  # the most GPU memory the run has held so far
@@ -219,7 +215,7 @@ def log_line(lossf, info, lr, dt):
 if master:
     distinct, unrolled = raw_model.num_params()
     print(f"parameters: {distinct / 1e6:.2f}M distinct, {unrolled / 1e6:.2f}M effective "
-          f"(tied blocks unrolled {gptconf.loops})")
+          f"(tied blocks unrolled {raw_model.config.loops})")
 if eval_only:
     if master:
         estimate_loss()

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import GPT, GPTConfig, ExitGate, Run, autocast, residual
-from decode import KVCache, generate as cached_generate
+from model import ACT, GPT, GPTConfig, ExitGate, Run, autocast, residual
+from decode import Exit, KVCache, generate as cached_generate
 from guards import load_checkpoint
 
 V = 50  # vocab size of every test model
@@ -82,7 +82,8 @@ def run_loop(m, idx, seg_i=0, k=None, exit=None):
         assert torch.allclose(out, zs[-1], atol=1e-6)
         resid = residual(states[-1], states[-2])
         return states[-1], torch.full(z.shape[:2], k), None, resid, states
-    out, run = seg.per_token(z, k, m.stop_rule(exit, seg_i, k, z))  # (ACT's rule, or the exit's)
+    rule = ACT(seg.gate, k, z) if m.config.act else Exit(m, exit, seg_i)  # (as GPT.forward picks)
+    out, run = seg.per_token(z, k, rule)
     states += [s.detach().clone() for s in run.states]
     return out, run.depth, run.ponder, run.resid, states
 
@@ -612,7 +613,7 @@ def test_act_per_token_halting_matches_hand_computation():
         seg.gate.weight[0, 0] = 3.0
         seg.gate.bias.fill_(0.0)
         states = [z.clone()]
-        out, run = seg.per_token(z, 5, m.stop_rule(None, 0, 5, z))  # the ACT gate's rule
+        out, run = seg.per_token(z, 5, ACT(seg.gate, 5, z))  # the ACT gate's rule
         depth, ponder, states = run.depth, run.ponder, states + run.states
         r_out, r_N, r_ponder = ref_act(m, states)
     assert depth[0].tolist()[:2] == [1, 5]  # one token halts at once, one runs to the maximum
