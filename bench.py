@@ -22,8 +22,8 @@ import sys
 import time
 import shlex
 import torch
-from model import GPTConfig, GPT, Block, autocast
-from decode import generate
+from model import GPTConfig, GPT, Block
+from decode import autocast, generate
 import guards
 from guards import InputError, get_device, load_checkpoint, parse_exit
 from prepare import get_tokenizer

@@ -2,8 +2,8 @@
 Depth-aware decoding, what model.py's plain generate leaves out (nanochat's engine.py split):
 the post-hoc exits that the per-token loop takes (`model(idx, exit=('maxprob', 0.9))` stops each
 token once it is confident), a KV cache with a slot for every block application and one rule for
-the slots a stopped token skips, the sampling extras (top_p, repetition penalty), and cached
-generation that reports each token's depth.
+the slots a stopped token skips, the sampling extras (top_p, repetition penalty), cached
+generation that reports each token's depth; and autocast, the dtype a script runs the model in.
 """
 import torch
 import torch.nn.functional as F
@@ -105,3 +105,23 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None
         idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
         depths.append(info['depth'][:, -1])
     return idx, torch.stack(depths, 1)
+
+def autocast(device, dtype='', decode=False, trained=''):
+    """-> (dtype, its autocast context, which and why). dtype '': the model's own (trained), else
+    bf16 on CUDA; on a CPU float32 to decode, bf16 only with bf16 instructions (AMX, AVX-512)."""
+    if dtype:
+        why = f"--dtype={dtype}"
+    elif trained:
+        dtype, why = trained, "the dtype the model was trained with"
+    elif 'cuda' in device:
+        dtype, why = 'bfloat16', "the default on CUDA"
+    elif decode:
+        dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
+    else:
+        has = [name for name, on in [('AMX', torch.cpu._is_amx_tile_supported()),
+                                     ('avx512_bf16', torch.cpu._is_avx512_bf16_supported())] if on]
+        dtype = 'bfloat16' if has else 'float32'
+        why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
+    ctx = torch.autocast('cuda' if 'cuda' in device else 'cpu', torch.bfloat16,
+                         enabled=dtype == 'bfloat16')
+    return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"

@@ -9,7 +9,8 @@ import guards  # (first: its one handler covers the imports too, Ctrl-C included
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model import GPT, autocast
+from model import GPT
+from decode import autocast
 from prepare import (get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs,
                      dataset_folder, split_folder)
 from depthmap import write_html

@@ -349,23 +349,3 @@ def residual(z_new, z):
 def need(ok, why):  # GPTConfig's checks: bad input to the model, said in words
     if not ok:
         raise ValueError(f"GPTConfig: {why}")
-
-def autocast(device, dtype='', decode=False, trained=''):
-    """-> (dtype, its autocast context, which and why). dtype '': the model's own (trained), else
-    bf16 on CUDA; on a CPU float32 to decode, bf16 only with bf16 instructions (AMX, AVX-512)."""
-    if dtype:
-        why = f"--dtype={dtype}"
-    elif trained:
-        dtype, why = trained, "the dtype the model was trained with"
-    elif 'cuda' in device:
-        dtype, why = 'bfloat16', "the default on CUDA"
-    elif decode:
-        dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
-    else:
-        has = [name for name, on in [('AMX', torch.cpu._is_amx_tile_supported()),
-                                     ('avx512_bf16', torch.cpu._is_avx512_bf16_supported())] if on]
-        dtype = 'bfloat16' if has else 'float32'
-        why = f"this CPU has {' and '.join(has) or 'no bf16'} instructions"
-    ctx = torch.autocast('cuda' if 'cuda' in device else 'cpu', torch.bfloat16,
-                         enabled=dtype == 'bfloat16')
-    return dtype, ctx, f"{'bfloat16 autocast' if dtype == 'bfloat16' else 'float32'}: {why}"

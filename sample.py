@@ -7,8 +7,8 @@ $ python sample.py --out_dir=out-cpu-single,out-cpu-sft  # side by side: same pr
 import os, sys, time
 import guards  # (first: its one handler covers the imports too, Ctrl-C included)
 import torch
-from model import GPT, autocast
-from decode import generate
+from model import GPT
+from decode import autocast, generate
 from depthmap import legend, painted
 from prepare import get_tokenizer
 

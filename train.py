@@ -15,7 +15,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from model import GPTConfig, GPT, autocast
+from model import GPTConfig, GPT
+from decode import autocast
 from prepare import sft_targets, token_rows, load_meta, load_tokens
 
 # -----------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import ACT, GPT, GPTConfig, ExitGate, Run, autocast, residual
-from decode import Exit, KVCache, generate as cached_generate
+from model import ACT, GPT, GPTConfig, ExitGate, Run, residual
+from decode import Exit, KVCache, autocast, generate as cached_generate
 from guards import load_checkpoint
 
 V = 50  # vocab size of every test model
