@@ -73,6 +73,9 @@ def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
     local = os.path.join(mirror or os.path.join(data_root, 'downloads'), host, path)
     if os.path.isfile(local):  # the mirror's, or an earlier download
         return local
+    if os.path.exists(local):  # (a FIFO would hang the read, a folder is no file)
+        raise InputError(f"{local} is not a regular file: delete it to fetch it again, or copy the "
+                         "file whole into --mirror")
     if mirror:
         raise InputError(f"{local} not found: --mirror must be laid out as <host>/<path>")
     import requests  # (only a download needs it)

@@ -1,13 +1,15 @@
 """Real faults, made for real, each ending in one line (or quietly) with nothing the user had lost: a file-size
 limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so that a write fails as on a full disk) while a checkpoint, a report
 and a dataset are written; a closed pipe; Ctrl-C (SIGINT) in sample.py and eval.py; a tensor's bytes overwritten
-in a saved checkpoint; a FIFO where a file belongs and one given as the prompt; config files that are Python."""
+in a saved checkpoint; a FIFO where a file belongs, one given as the prompt and one among the downloads; config
+files that are Python."""
 import json, os, signal, struct, threading, zipfile
 
 import pytest
 
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
 from harness import SERVER, ENV
+from prepare import SHAKESPEARE
 
 EVAL = ('eval.py', '--out_dir=out', '--device=cpu', '--eval_iters=1', '--batch_size=4')
 SAMPLE = ('sample.py', '--out_dir=out', '--device=cpu', '--num_samples=1', '--max_new_tokens=5')
@@ -28,7 +30,7 @@ def listing(folder):
 
 
 def shakespeare(d, n=80):  # a mirror holding a small tinyshakespeare
-    src = d / 'mirror' / 'raw.githubusercontent.com' / 'karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
+    src = d / 'mirror' / 'raw.githubusercontent.com' / SHAKESPEARE
     src.parent.mkdir(parents=True, exist_ok=True)
     src.write_text(''.join(f"CITIZEN {i}:\nWe are accounted poor citizens, the patricians good.\n\n" for i in range(n)))
 
@@ -178,6 +180,28 @@ def test_a_fifo_where_a_file_belongs(job):
     ev, sample = job
     one_line_error(ev, 'data/tiny/val.bin is not a file')
     assert ok(sample).startswith('ROMEO:') or '\nROMEO:' in sample.stdout
+
+
+@work
+def a_fifo_in_the_downloads(d):
+    """A FIFO where prepare.py reads a download: in --mirror, and in its cache (data/downloads)."""
+    shakespeare(d)
+    mirrored = d / 'mirror' / 'raw.githubusercontent.com' / SHAKESPEARE
+    cached = d / 'data' / 'downloads' / mirrored.relative_to(d / 'mirror')
+    cached.parent.mkdir(parents=True)
+    os.mkfifo(cached)  # (reading it would wait for a writer forever; it used to be taken as missing)
+    mirrored.unlink()
+    os.mkfifo(mirrored)
+    args = ('prepare.py', '--dataset=shakespeare', '--tokenizer=byte', '--eval_docs=6')
+    return run(d, *args, '--mirror=mirror'), run(d, *args, '--base_url=http://127.0.0.1:9'), listing(d / 'data')
+
+
+def test_a_fifo_in_the_downloads(job):
+    from_mirror, from_cache, names = job
+    for r, folder in ((from_mirror, 'mirror'), (from_cache, 'data/downloads')):
+        one_line_error(r, f'{folder}/raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt'
+                       ' is not a regular file', 'delete it')
+    assert names == ['downloads']  # nothing made; no download tried
 
 
 # ---------------------------------------------------------------- config files are Python, as nanoGPT's
