@@ -520,18 +520,30 @@ class Progress:  # a long loop says how far it is, every 5 s: progress(text) at 
             print(text, file=self.file, flush=True)
             self.t0 = time.time()
 
-class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit (again: at once)
-    def __init__(self, ckpt_path, master):
-        self.signals, self.ckpt_path, self.master = [], ckpt_path, master
-        self.at_once = f"stopped at once; {ckpt_path} holds the last saved checkpoint"
+class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed stdout ask to stop: finish the step, save, exit
+    def __init__(self, ckpt_path, master):  # (asked again: stop at once)
+        self.signals, self.ckpt_path, self.master, self.out = [], ckpt_path, master, sys.stdout
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(signum) != signal.SIG_IGN or signum != signal.SIGHUP:  # (nohup)
                 signal.signal(signum, self.request)
+        sys.stdout = self  # what the run prints goes through write, below
+
+    def write(self, text):  # a closed stdout (| head) asks to stop, as a closed terminal does
+        try:
+            self.out.write(text)
+            self.out.flush()  # (at once: a closed pipe is met now, not when the run ends)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # (what is left to print goes nowhere)
+            if not self.signals:  # (Ctrl-C in `| tee` ends tee too: that is not a second ask)
+                self.request(signal.SIGPIPE, None)
+
+    def __getattr__(self, name):  # the rest of stdout's: flush, fileno, ...
+        return getattr(self.out, name)
 
     def request(self, signum, frame):
         self.signals.append(signum)
         if len(self.signals) > 1:
-            raise SystemExit(self.at_once)
+            raise SystemExit(f"stopped at once; {self.ckpt_path} holds the last saved checkpoint")
         with suppress(OSError):  # (a closed terminal cannot be written to: it saves all the same)
             if self.master:
                 print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
@@ -546,7 +558,7 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP ask to stop: finish the step, save, exit 
             torch.distributed.all_reduce(asked)
         return asked.item() > 0
 
-    def exit(self):  # a signal: exit as a shell reports it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)
+    def exit(self):  # a signal: exit as a shell reports it (130 Ctrl-C, 143 SIGTERM, 141 a pipe)
         if self.signals:
             sys.exit(128 + self.signals[0])
 

@@ -111,6 +111,36 @@ def test_a_closed_pipe_ends_quietly(job):
     assert 'suffix_nll' in json.loads(report)
 
 
+def train_in_a_pipe(d, ctrl_c):
+    """train.py | head: its reader ends after `iter 1` (with ctrl_c: after Ctrl-C, as Ctrl-C ends `| tee` too)."""
+    make_data(d)
+    p = start(d, 'train.py', *TINY, '--max_iters=100000', '--eval_interval=100000')
+    said = [next(line for line in p.stdout if line.startswith('iter 1: loss'))]
+    if ctrl_c:
+        p.send_signal(signal.SIGINT)
+        said.append(next(line for line in p.stdout if line.startswith('stopping:')))
+    p.stdout.close()  # what it prints from here on meets a closed pipe
+    r = finish(p)
+    saved = (d / 'out' / 'ckpt.pt').exists()
+    return r, said, saved and load(d / 'out' / 'ckpt.pt'), saved and listing(d / 'out')
+
+
+@work
+def a_closed_pipe_saves_the_training_run(d, ctrl_c):
+    return train_in_a_pipe(d, ctrl_c)
+
+
+@pytest.mark.parametrize('ctrl_c', [False, True])
+def test_a_closed_pipe_saves_the_training_run(job, ctrl_c):
+    """`python train.py config/smoke.py | head -3` used to end without saving what it had trained: a closed
+    stdout now asks to stop as a closed terminal does (the step finishes, the run saves), and ends as SIGPIPE
+    would (141); after Ctrl-C, a pipe that closes too is not a second request (which would stop at once)."""
+    r, said, ckpt, names = job
+    assert r.returncode == (130 if ctrl_c else 141) and r.stderr == '', r.stderr
+    assert ckpt and 1 <= ckpt['iter_num'] < 100000, said  # saved what it had said it trained, and stopped
+    assert names == ['ckpt.pt']  # the lock gone, no partial file
+
+
 def interrupted(d, cmd):
     """cmd, sent SIGINT (Ctrl-C) once it says on stderr that it computes -> its result."""
     p, said = start(d, *cmd), ''
