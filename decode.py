@@ -52,12 +52,11 @@ class KVCache:
             self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
         keys, values = self.kv[slot]
         now = slice(self.pos, self.pos + k.size(2))
-        keys[:, :, now], values[:, :, now] = k, v
         if self.stopped is not None and slot[1] > 0:  # a stopped token keeps its last run slot's
             last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # keys and values
-            for new, old in zip((keys, values), last):
-                new[:, :, now] = torch.where(self.stopped[:, None, :, None], old[:, :, now],
-                                             new[:, :, now])
+            k, v = (torch.where(self.stopped[:, None, :, None], old[:, :, now], new)
+                    for new, old in zip((k, v), last))
+        keys[:, :, now], values[:, :, now] = k, v
         return keys[:, :, :now.stop], values[:, :, :now.stop]
 
     def skip(self, segment, i, k, T):

@@ -13,12 +13,17 @@ def paint(text, depth, max_depth):
     colour = palette[round((depth - 1) / max(max_depth - 1, 1) * (len(palette) - 1))]
     return f"\033[48;5;{colour}m\033[30m{text}\033[0m"
 
+def span(text, depth, max_depth):  # the same in HTML, escaped: blue (no loop) to red (the most)
+    hue = 220 - 220 * depth / max_depth
+    return f'<span style="background:hsl({hue:.0f},85%,82%)">{esc(text)}</span>'
+
 def legend(max_depth):  # the terminal map's key: the shallowest, a middle and the deepest colour
     shown = sorted({1, (1 + max_depth) // 2, max_depth})
     return 'loop depth: ' + " ".join(paint(f" {d} ", d, max_depth) for d in shown)
 
-def painted(ids, depth, decode, max_depth):  # new tokens (their depths (N,)) in their colours
-    # a character of several tokens: the most any one of them had
+def painted(ids, depth, decode, max_depth, paint=paint):
+    """The tokens ids as text, each character painted by its token's depth (depth (N,)): a
+    character of several tokens takes the most any one of them had."""
     return "".join(paint(text, depth[i:j].max().item(), max_depth)
                    for text, i, j in pieces(ids, decode))
 
@@ -26,18 +31,12 @@ def write_html(path, docs, tokens, depth, decode, what):
     """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`. Every
     text is escaped: a document may hold markup."""
     hi = max(int(depth.max()), 1)
-    colour = lambda d: f"hsl({220 - 220 * d / hi:.0f},85%,82%)"  # blue: few iterations; red: many
-    legend = ''.join(f'<span style="background:{colour(d)}">&nbsp;{d}&nbsp;</span>'
-                     for d in range(int(depth.min()), hi + 1))
+    key = ''.join(span(f'\xa0{d}\xa0', d, hi) for d in range(int(depth.min()), hi + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
-            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {legend}</p>']
-    for doc, toks, row in zip(docs, tokens, depth):
-        spans = esc(decode(toks[:1]))  # the first token is predicted by nothing
-        for text, a, b in pieces(toks[1:len(row) + 1], decode):  # a span a character
-            d = row[a:b].max().item()  # (a character of several tokens: the most of them)
-            spans += f'<span style="background:{colour(d)}">{esc(text)}</span>'
+            f'<h2>Loop depth per token</h2><p>Colour: {esc(what)}: {key}</p>']
+    for doc, toks, row in zip(docs, tokens, depth):  # (the first token is predicted by nothing)
+        spans = esc(decode(toks[:1])) + painted(toks[1:len(row) + 1], row, decode, hi, span)
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')
-

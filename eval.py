@@ -105,7 +105,7 @@ def depth_scan(model, rows, batch_size):
 def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
     """Post-hoc per-token exit at each threshold, beside uniform depth at the same mean compute
     (interpolated). None with ACT (its gate picks) or without a loop."""
-    if model.config.act or not model.config.loops:
+    if kind not in model.config.exit_kinds():
         return []
     uniform = {s['k']: s['nll'] for s in scan}  # k -> NLL, filled in where the curve needs it
     curve = []
@@ -189,7 +189,7 @@ def evaluate(path, model, data_dir, T, html):
     if html:  # each topic's first three documents (docs come grouped by topic)
         shown = [i for i, d in enumerate(docs) if i < 3 or docs[i - 3]['topic'] != d['topic']]
         # without ACT, the depth each token takes under the curve's middle exit
-        exit = None if c.act or not c.loops else (exit_kind, thresholds[len(thresholds) // 2])
+        exit = (exit_kind, thresholds[len(thresholds) // 2]) if c.exit_kinds() else None
         shade = score(model, x[shown], batch_size, exit=exit)[1] if exit else depth[shown]
         with guards.saving(html) as tmp:
             write_html(tmp, [docs[i] for i in shown], [tokens[i] for i in shown], shade,

@@ -53,7 +53,7 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
     x = torch.tensor(ids[-T:], dtype=torch.long, device=device)[None]
     if show_depth:
         print(legend(max_depth))
-    with torch.no_grad(), ctx:
+    with ctx:  # (decode.generate runs without autograd)
         for _ in range(num_samples):
             t0 = time.perf_counter()
             y, depth = generate(model, x, max_new_tokens, temperature=temperature,
