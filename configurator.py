@@ -7,15 +7,14 @@ import ast, os, sys
 import guards as _guards  # (importing it installs its excepthook: bad input is one line)
 
 def _set(key, val, where=''):  # where: the config file that sets it
-    _guards.check_known(key, _keys, where)  # (a typo: the closest key)
-    old = globals()[key]
+    old = globals().get(key)
     if isinstance(old, bool) and str(val).lower() in ('true', 'false'):
         val = str(val).lower() == 'true'
     elif isinstance(old, float) and (type(val) is int or str(val).lstrip('+-') in ('nan', 'inf')):
         val = float(val)
     elif isinstance(old, tuple) and type(val) in (int, float):
         val = (val,)  # --loops=4: one segment of 4
-    _guards.check_type(key, val, old, where)  # (None: any type)
+    _guards.check_set(key, val, _keys, where)  # a key it has (a typo: the closest), of its type
     globals()[key] = val
 
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...

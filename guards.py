@@ -1,13 +1,13 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, ast, sys, glob, json, time, fcntl, shlex, atexit, shutil, signal, pathlib, traceback
+import os, re, ast, sys, glob, math, time, fcntl, shlex, atexit, shutil, signal, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
-import numpy as np
 
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
 DTYPES = "x in ('', 'float32', 'bfloat16')"  # every script's --dtype
-PATHS = ('path', 'paths', 'new file', 'new folder', 'name')  # the domains that are not a rule on x
+PATHS = ('path', 'paths', 'new file', 'new folder')  # the domains that are not a rule on x
+NAME = "'/' not in x and x not in ('.', '..')"  # a folder's name (in data/), not a path
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
@@ -43,7 +43,7 @@ TRAIN_RULES = [
      "phantom backprops through the last phantom_steps of each segment: give at most the "
      "fewest --loops"),
     # a key set (changed from its default) that acts only with another says so
-    *[(f"{on} or '{key}' not in changed", f"does nothing without {on}: add --{on}=True, or drop "
+    *[(f"'{key}' not in changed or {on}", f"does nothing without {on}: add --{on}=True, or drop "
        f"--{key}") for on, key in (('phantom', 'phantom_steps'), ('act', 'halt_penalty'),
                                    ('exit_gate', 'exit_beta'))]]
 
@@ -51,7 +51,8 @@ TRAIN_RULES = [
 # the key's value; configurator.py checks them before any work (test_domains tests them all)
 KEYS = {
     'train.py': (
-        {**MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path', 'dataset': 'name',
+        {**MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path',
+         'dataset': f"x != '' and {NAME}",
          'eval_interval log_interval eval_iters gradient_accumulation_steps batch_size': 'x >= 1',
          'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
          'learning_rate': 'x > 0',
@@ -75,7 +76,7 @@ KEYS = {
          'block_size': 'x == 0 or x >= 2',  # (a row of one token has no target to score)
          'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)',
          'exit_kind': "x in ('', 'maxprob', 'resid')", 'seed': '0 <= x < 2**64',
-         'out_dir': 'paths', 'html': 'new file', 'dataset': 'name', 'dtype': DTYPES,
+         'out_dir': 'paths', 'html': 'new file', 'dataset': NAME, 'dtype': DTYPES,
          'device': 'any'},
         [("exit_kind == 'resid' or all(t <= 1 for t in thresholds)",
           "a maxprob threshold is a probability: give --thresholds at most 1")]),
@@ -106,22 +107,22 @@ class InputError(ValueError):
     """Bad input, raised on purpose. Any other exception is a bug, and keeps its traceback."""
 
 def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one entry handler
-    memory = kind.__name__ == 'OutOfMemoryError' or "can't allocate memory" in str(err)
-    last = traceback.extract_tb(tb)[-1].filename if tb else ''  # where it was raised
     if issubclass(kind, BrokenPipeError):  # stdout closed (| head): end quietly, as head expects
         return os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # (the exit's flush goes nowhere)
     if issubclass(kind, KeyboardInterrupt):  # Ctrl-C: one line; python then exits as SIGINT (130)
         return print("stopped (Ctrl-C)", file=sys.stderr)
-    os_refused = issubclass(kind, OSError) and err.filename is not None  # (a file the OS refused)
-    if not (issubclass(kind, InputError) or memory or os_refused  # (model.py's: its bad input)
-            or kind is ValueError and last.endswith((os.sep + 'model.py', os.sep + 'decode.py'))):
-        _default(kind, err, tb)
-    elif os.environ.get('RANK', '0') == '0':  # (torchrun: every rank meets the same input)
+    where = os.path.basename(traceback.extract_tb(tb)[-1].filename) if tb else ''
+    if kind.__name__ == 'OutOfMemoryError' or "can't allocate memory" in str(err):
         size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
         fix = 'lower --batch_size' if 'batch_size' in script_keys else 'use a smaller model'
-        err = f"cannot use {err.filename}: {err.strerror}" if os_refused else err
-        print(f"error: {f'out of memory ({size and size[0]}): {fix}' if memory else err}",
-              file=sys.stderr)
+        err = f"out of memory ({size and size[0]}): {fix}"
+    elif issubclass(kind, OSError) and err.filename is not None:  # a file the OS refused
+        err = f"cannot use {err.filename}: {err.strerror}"
+    elif not (issubclass(kind, InputError)  # (or model.py's ValueError: its bad input)
+              or kind is ValueError and where in ('model.py', 'decode.py')):
+        return _default(kind, err, tb)
+    if os.environ.get('RANK', '0') == '0':  # (torchrun: every rank meets the same input)
+        print(f"error: {err}", file=sys.stderr)
 
 def typed(key, value):  # key=value as typed in bash: --top_p=1.5, --out_dir='', '--loops=(2, 0)'
     return (f"--{key}={shlex.quote(value)}" if type(value) is str
@@ -131,22 +132,18 @@ def check_arg(arg):  # configurator.py: one argument, before it is read
     if re.search('[\udc80-\udcff]', arg):  # how Python reads argv bytes that are not UTF-8
         raise InputError(f"{arg.partition('=')[0]} holds bytes that are not UTF-8 text: type it "
                          "again, or read it from a UTF-8 file (sample.py: --start=FILE:prompt.txt)")
-    if arg.startswith('--') and '=' not in arg:
-        raise InputError(f"'{arg}' needs a value: write {arg}=VALUE")
-    if not arg.startswith('--') and '=' in arg and not os.path.exists(arg):  # batch_size=3
+    if arg.startswith('--') != ('=' in arg) and not os.path.exists(arg):  # --key, key=value
         raise InputError(f"'{arg}' is neither --key=value nor a config file: write "
-                         f"--{arg.lstrip('-')}")
+                         f"--{arg.lstrip('-')}{'=VALUE' * ('=' not in arg)}")
 
-def check_known(key, keys, where=''):  # configurator.py: a key the script has (where: a config)
+def check_set(key, value, keys, where=''):  # configurator.py: a key the script has, of its type
+    dash, default = '' if where else '--', keys.get(key)  # (where: the config file that sets it)
     if key not in keys:
-        dash = '' if where else '--'
         hint = ''.join(f"; did you mean {dash}{k}?" for k in get_close_matches(key, keys, n=1))
         raise InputError(f"unknown config key {dash}{key}{where}{hint}")
-
-def check_type(key, value, old, where=''):  # configurator.py: a key keeps its default's type
-    if old is not None and type(value) is not type(old):
-        raise InputError(f"{typed(key, value)}{where}: {key} is of type {type(old).__name__}, "
-                         f"e.g. {typed(key, old)}")
+    if default is not None and type(value) is not type(default):  # (None: any type)
+        raise InputError(f"{typed(key, value)}{where}: {key} is of type "
+                         f"{type(default).__name__}, e.g. {typed(key, default)}")
 
 def run_config(path, into):  # configurator.py: a config file (Python, as nanoGPT's) -> settings
     text = read_text_file(path, 'config file', ' (see config/ for the available ones)')
@@ -157,9 +154,9 @@ def run_config(path, into):  # configurator.py: a config file (Python, as nanoGP
                                                        into))  # include('v5.py'): its settings
     try:
         exec(compile(text, path, 'exec'), into)
-    except InputError:  # an include()'s
-        raise
     except (Exception, SystemExit) as e:  # the config file's own error: name the file and its line
+        if isinstance(e, InputError):  # (an include()'s)
+            raise
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
         line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
         why = ("calls sys.exit: a config file only sets keys" if isinstance(e, SystemExit)
@@ -177,35 +174,30 @@ def holds(rule, values):
     except Exception:
         return False
 
-def check_rules(rules, values, example):  # bad input: the first rule that values break, in words
-    values = {**values, 'changed': {k for k in example if values[k] != example[k]}}
-    for rule, words in rules:  # (changed: the keys set to other than their defaults)
-        if not holds(rule, values):
-            keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in example]
-            idle = re.fullmatch(r"(\w+) or '(\w+)' not in changed", rule)  # acts only with another
-            said = typed(idle[2], values[idle[2]]) if idle else ' '.join(
-                typed(k, values[k]) for k in keys)
-            raise InputError(f"{said}{' ' if idle else ': '}{words}")
-
 def domains(table):  # {'a b': 'x >= 1'} -> {'a': 'x >= 1', 'b': 'x >= 1'}
     return {key: domain for keys, domain in table.items() for key in keys.split()}
 
 def check_keys(table, rules, values, defaults):  # configurator.py: each key, then the rules
-    table = domains(table)
-    if undeclared := [k for k in defaults if k not in table]:  # a bug of the script, not input
-        raise RuntimeError(f"no domain declared for {', '.join(undeclared)}: add it to _domain")
+    table = domains(table)  # (a key without one is a bug of the script: a KeyError, below)
     for key, default in defaults.items():  # against its domain (a path: ~ and $VAR expanded)
         value, domain = values[key], table[key]
-        finite = all(abs(v) < 3e38 for v in (value if type(value) is tuple else (value,))
-                     if type(v) is float)  # (1e999 reads as inf, nan passes no bound: float32's)
-        rule = re.sub(r'\bx\b', key, domain) if finite else 'a number of float32 range, |x| < 3e38'
-        if not finite or domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
-            example = f", e.g. {typed(key, default)}" if holds(domain, {'x': default}) else ''
-            raise InputError(f"{typed(key, value)}: need {rule}{example}")
+        floats = [v for v in (value if type(value) is tuple else [value]) if type(v) is float]
+        if not all(abs(v) < 3e38 for v in floats):  # (1e999 reads as inf; nan passes no bound)
+            raise InputError(f"{typed(key, value)}: need a number of float32 range, |x| < 3e38")
         if domain in PATHS and value != default:
             values[key] = check_path(key, value, domain, default)
+        elif domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
+            need = re.sub(r'\bx\b', key, domain)
+            raise InputError(f"{typed(key, value)}: need {need}, e.g. {typed(key, default)}")
     if values.get('init_from', '') in ('', 'scratch'):  # (else train.py checks the run's settings)
         check_rules(rules, values, defaults)
+
+def check_rules(rules, values, defaults):  # the first rule across keys that values break, in words
+    values = {**values, 'changed': {k for k in defaults if values[k] != defaults[k]}}
+    for rule, words in rules:  # (changed: the keys set to other than their defaults)
+        if not holds(rule, values):
+            keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in defaults]
+            raise InputError(f"{' '.join(typed(k, values[k]) for k in keys)}: {words}")
 
 def check_path(key, value, kind, default):  # -> the path, ~ and $VAR expanded, or bad input
     if value == '':  # '' is a path only where it is the default (off)
@@ -214,24 +206,57 @@ def check_path(key, value, kind, default):  # -> the path, ~ and $VAR expanded, 
     paths = [os.path.expanduser(os.path.expandvars(name)) for name in names]
     for path in paths:  # what is left is what bash would have expanded, or a typo
         if odd := re.search(r'\$\{?\w+|^~\w*|[\x00-\x1f]|^\s|\s$', path):
-            why = (f"{odd[0]} is not set" if odd[0][0] == '$' else f"{odd[0]} is no home folder"
-                   if odd[0][0] == '~' else "a space at one end, or a control character")
-            raise InputError(f"{typed(key, value)}: {why}: type the path as it is")
-        if kind == 'name' and (os.sep in path or path in ('.', '..')):
-            raise InputError(f"{typed(key, value)}: {key} is a folder name in data/, not a path, "
-                             f"e.g. {typed(key, default)}")
+            raise InputError(f"{typed(key, value)}: {odd[0]!r} is left as typed: an unset $VAR, a "
+                             "~user without a home, a space at an end or a control character")
         if kind in ('new folder', 'new file'):  # an output: created, to see, before any work
             check_output(path, key, kind == 'new folder')
     return ','.join(paths)
 
-def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input that names the fix
+def check_output(path, key, folder=False):  # before any work: make what path will be, remove it
+    new = None  # (what the OS will refuse, it refuses now)
+    where = os.path.normpath(path if folder else os.path.dirname(path) or '.')
+    while where and not os.path.lexists(where):  # new: the first folder it makes
+        where, new = os.path.dirname(where), where
+    probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
+    existed = os.path.lexists(probe)
+    try:  # a file where a folder belongs, a read-only disk, a name too long, ...: the OS says
+        if os.path.isdir(path) and not folder:  # (a file's rename onto a folder would fail)
+            raise IsADirectoryError(21, 'Is a directory', path)
+        os.makedirs(os.path.dirname(probe) or '.', exist_ok=True)
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
+    except OSError as e:
+        raise refused(path, e, f"give another --{key}") from None
+    finally:  # nothing is left of the probe
+        if not existed and os.path.isfile(probe):
+            os.remove(probe)
+        if new:
+            shutil.rmtree(new, ignore_errors=True)
+
+def refused(path, e, fix):  # the OS refused to write path (any errno) -> one line: why, the fix
+    where = f" ({e.filename})" if e.filename not in (None, path) else ''
+    return InputError(f"cannot write {path}: {e.strerror}{where}: {fix}")
+
+def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
+    names = [value] if os.path.isdir(value) else value.split(',')  # (a folder named a,b: whole)
+    if '' in names or once and len(set(names)) < len(names):
+        why = 'an empty name' if '' in names else 'a folder named twice'
+        raise InputError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
+    return names
+
+def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named (a pipe too)
     try:
-        return model.depths(n_loops)
-    except ValueError:
-        n = len(model.segments)
-        why = (f"{n} tied segment{'s' * (n > 1)}: give one depth >= 1 for all, e.g. --n_loops=4"
-               + ", or one each" * (n > 1) if n else "no tied loop: drop --n_loops")
-        raise InputError(f"{typed('n_loops', n_loops)}: the model has {why}") from None
+        return open(path, encoding='utf-8').read()
+    except (OSError, UnicodeDecodeError) as e:  # (not found, a folder, not UTF-8: one line)
+        why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e}): save it as UTF-8"
+        raise InputError(f"{what} {path}: {why}{hint}") from None
+
+def read_prompt(start):  # sample.py's --start: the text, or FILE:path's (~ and $VAR expanded)
+    if start.startswith('FILE:'):
+        path = os.path.expanduser(os.path.expandvars(start[5:]))  # (bash leaves ~ after '=')
+        start = read_text_file(path, 'prompt file', ' (--start=FILE:path reads path)')
+    if not start:
+        raise InputError("the prompt is empty: give some text, e.g. --start=FILE:prompt.txt")
+    return start
 
 def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else cpu), checked
     import torch
@@ -247,49 +272,38 @@ def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else
 
 def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt), ckpt)
     import torch  # (build: GPT.from_checkpoint; key: the option that named the folder)
-    if os.path.exists(path) and not os.path.isfile(path):  # (a FIFO would hang the read)
-        raise InputError(f"{path} is {'a folder' if os.path.isdir(path) else 'no file'}, not a "
-                         f"checkpoint: give the --{key} of a run train.py saved")
-    try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
-        ckpt = torch.load(path, map_location=device, weights_only=True)
-        lacking = {'model', 'model_args', 'meta', 'config'} - set(ckpt)
-        lacking |= {f"{k}['{i}']" for k, i in (('meta', 'tokenizer'), ('config', 'dataset'))
-                    if k in ckpt and i not in ckpt[k]}  # (read beside the weights too)
-    except FileNotFoundError:  # name the out_dir whose ckpt.pt is closest (a typo), or the newest
+    if not os.path.exists(path):  # a typo? name the out_dir whose ckpt.pt is closest, or the newest
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
         near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]
         hint = (f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}" if found
                 else f": train one first, or set --{key}")
-        raise InputError(f"no checkpoint at {path}{hint}") from None
-    except NotADirectoryError:  # --out_dir=run/ckpt.pt: the checkpoint, not its folder
-        given = os.path.dirname(path)
-        raise InputError(f"--{key}={given} is a file: give the folder that holds ckpt.pt, e.g. "
-                         f"--{key}={os.path.dirname(given) or '.'}") from None
-    except OSError as e:  # (a name too long, a folder it may not read, ...)
-        raise InputError(f"cannot read {path}: {e.strerror}: give another --{key}") from None
-    except Exception as e:  # weights_only refused code in it (unsafe), or it is no checkpoint
-        why = ("is not a safe checkpoint: it holds objects other than tensors and plain data"
-               if 'Unsupported global' in str(e) else "is truncated or not a nanoloop checkpoint")
-        raise InputError(f"{path} {why}") from None
-    if lacking:  # what the scripts read besides the weights
-        raise InputError(f"{path} lacks {' and '.join(sorted(lacking))}: not saved by train.py")
-    saved, weights = ckpt.get('digest'), ckpt['model'].values()  # damaged in place? (train.py's
-    if saved and saved != digest(ckpt['model']) or not all(  # save writes a checksum beside them)
+        raise InputError(f"no checkpoint at {path}{hint}")
+    try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
+        if not os.path.isfile(path):  # (a folder; a FIFO would hang the read)
+            raise ValueError("not a regular file")
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+        model = build(ckpt)  # (another version's: a TypeError, KeyError or RuntimeError)
+        ckpt['meta']['tokenizer'], ckpt['config']['dataset']  # (the scripts read them too)
+    except Exception as e:  # not a checkpoint, cut short, unsafe, another version's: one line
+        why = ('unsafe: it holds objects other than tensors and plain data' if 'Unsupported global'
+               in str(e) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
+        raise InputError(f"{path} is not a checkpoint of this version of nanoloop ({why}): give "
+                         f"the --{key} of a run train.py saved") from None
+    fresh, weights = digest(ckpt['model']), ckpt['model'].values()  # damaged in place? (train.py
+    if ckpt.get('digest', fresh) != fresh or not all(  # saves a checksum beside the weights)
             t.isfinite().all() for t in weights if t.is_floating_point()):
         raise InputError(f"{path} is damaged: its weights differ from the checksum saved with them "
                          "or are not finite: use a copy of it, or train it again")
-    try:  # saved by another version of nanoloop? name the keys that differ (torch lists them)
-        model = build(ckpt)
-    except (TypeError, ValueError, RuntimeError) as e:
-        why = ' '.join(str(e).split())
-        raise InputError(f"{path} does not fit this version of nanoloop ({why[:200]}"
-                         f"{'...' * (len(why) > 200)}): use the version that saved it, or train it "
-                         "again") from None
     return model.to(device), ckpt
 
-def lacks_exits(c):  # -> '' where a model has post-hoc exits (c.exit_kinds), or what it lacks
-    lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
-    return '' if c.exit_kinds() else lacks
+def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input that names the fix
+    try:
+        return model.depths(n_loops)
+    except ValueError:  # (model.py's words name no fix)
+        n = len(model.segments)
+        fix = f"give one depth >= 1 for all, e.g. --n_loops=4{', or one each' * (n > 1)}"
+        raise InputError(f"{typed('n_loops', n_loops)}: the model has {n} tied segment"
+                         f"{'s' * (n != 1)}: {fix if n else 'drop it'}") from None
 
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, text = s.partition(':')
@@ -299,115 +313,37 @@ def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a con
     if not (0 <= t <= 1 or kind == 'resid' and t >= 0):  # (maxprob:1.5 would never exit)
         raise InputError(f"--exit_at={s}: write maxprob:T (0 <= T <= 1) or resid:T (T >= 0), "
                          "e.g. --exit_at=maxprob:0.9")
-    if config and (lacks := lacks_exits(config)):
-        raise InputError(f"--exit_at={s}: the model has {lacks}; drop --exit_at")
+    check_exits(f"--exit_at={s}", config)
     return kind, t
 
-def check_output(path, key, folder=False):  # before any work: make what path will be, remove it
-    made, fix = [], f"give another --{key}"  # (what the OS will refuse, it refuses now)
-    where = os.path.normpath(path if folder else os.path.dirname(path) or '.')
-    while where and not os.path.lexists(where):  # the folders it makes
-        made, where = [where, *made], os.path.dirname(where)
-    for there, kind in ((path, os.path.isdir if folder else os.path.isfile),
-                        (where, os.path.isdir)):
-        if there and os.path.lexists(there) and not kind(there):  # something else in the way
-            what = ('a file' if os.path.isfile(there) else 'a folder' if os.path.isdir(there) else
-                    'not a regular file' if os.path.exists(there) else
-                    f'a link to {os.readlink(there)}, which does not exist')
-            name = 'it' if there == path else there
-            raise InputError(f"cannot write {path}: {name} is {what}: {fix}")
-    probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
-    existed = os.path.lexists(probe)
-    try:
-        for name in made:
-            os.mkdir(name)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
-    except OSError as e:
-        raise refused(path, e, fix) from None
-    finally:  # nothing is left of the probe
-        for name in [probe] * (not existed) + made[::-1]:
-            with suppress(OSError):
-                (os.rmdir if name in made else os.remove)(name)
+def check_exits(given, c, model='the model'):  # an exit option (given) for a model (c: its config)
+    if c and not c.exit_kinds():  # (post-hoc exits need a tied loop, and no ACT gate that picks)
+        lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
+        raise InputError(f"{given}: {model} has {lacks}; drop it")
 
-def refused(path, e, fix):  # the OS refused to write path (any errno) -> one line: why, the fix
-    where = f" ({e.filename})" if e.filename and not path.startswith(e.filename) else ''
-    return InputError(f"cannot write {path}: {e.strerror}{where}: {fix}")
+def check_start(model, ckpt, meta, data_dir, T):  # a trained model against the data it meets
+    c, data = model.config, f"tokenizer {meta['tokenizer']}, vocab_size {meta['vocab_size']}"
+    if (trained := f"tokenizer {ckpt['meta']['tokenizer']}, vocab_size {c.vocab_size}") != data:
+        raise InputError(f"{data_dir}/meta.json: {data}, but the model was trained on --dataset="
+                         f"{ckpt['config']['dataset']} ({trained}): prepare the data with the "
+                         "model's tokenizer")
+    if T > c.block_size:
+        raise InputError(f"--block_size={T} is larger than the model's {c.block_size}: lower it")
 
-def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
-    if os.path.isdir(value):  # --out_dir=run-lr3e-3,bs16: never split where the user did not
-        return [value]
-    if '' in (names := value.split(',')) or once and len(set(names)) < len(names):
-        why = 'an empty name' if '' in names else 'a folder named twice'
-        raise InputError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
-    return names
-
-def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named
-    if os.path.isdir(path) or not os.path.exists(path):  # (a pipe, /dev/stdin: read)
-        why = 'is a folder, not a file' if os.path.isdir(path) else 'not found'
-        raise InputError(f"{what} {path} {why}{hint}")
-    try:
-        return open(path, encoding='utf-8').read()
-    except UnicodeDecodeError as e:
-        raise InputError(f"{what} {path} is not UTF-8 text ({e}): save it as UTF-8") from None
-
-def read_prompt(start):  # sample.py's --start: the text, or FILE:path's (~ and $VAR expanded)
-    if start.startswith('FILE:'):
-        path = os.path.expanduser(os.path.expandvars(start[5:]))  # (bash leaves ~ after '=')
-        start = read_text_file(path, 'prompt file', ' (--start=FILE:path reads path)')
-    if not start:
-        raise InputError("the prompt is empty: give some text, e.g. --start='\\n' "
-                         "or --start=FILE:prompt.txt")
-    return start
-
-@contextmanager
-def replaced(path):  # -> a folder to build in; done, it replaces path whole; else path stays
-    new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
-    os.makedirs(new, exist_ok=True)
-    try:
-        yield new
-        if os.path.exists(path):
-            os.rename(path, old)
-        os.rename(new, path)
-    finally:  # (stopped between the two renames: the old folder goes back)
-        if os.path.exists(old) and not os.path.exists(path):
-            os.rename(old, path)
-        for folder in (new, old):
-            shutil.rmtree(folder, ignore_errors=True)
-
-def check_prepared(out_dir, train, held, sft_block):  # prepare.py: never a worse dataset
-    size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
-    if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
-        raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
-                         f"it is kept; check the settings, or remove {out_dir} to replace it")
-    if not (held and train):  # (eval.py needs held-out documents)
-        fix = f": raise --block_size={sft_block}" if sft_block else ''
-        raise InputError(f"no {'training' if held else 'held-out'} documents left for "
-                         f"{out_dir}{fix}")
-
-def check_start(model, ckpt, meta, data_dir, block_size):  # a trained model against the data
-    c, tokenizer = model.config, ckpt['meta']['tokenizer']
-    if (tokenizer, c.vocab_size) != (meta['tokenizer'], meta['vocab_size']):
-        raise InputError(f"{data_dir}/meta.json: tokenizer {meta['tokenizer']}, vocab_size "
-                         f"{meta['vocab_size']}, but the model was trained on --dataset="
-                         f"{ckpt['config']['dataset']} ({tokenizer}, vocab_size {c.vocab_size}): "
-                         "prepare the data with the model's tokenizer")
-    if block_size > c.block_size:
-        sft = f" (SFT data: prepare rows of at most {c.block_size + 1} tokens)" * bool(meta['row'])
-        raise InputError(f"--block_size={block_size} is larger than the model's {c.block_size}: "
-                         f"lower it{sft}")
+def check_blocks(path, n, T):  # a token stream (path) of n tokens, cut into rows of T + 1
+    if n <= T:
+        raise InputError(f"{path} has {n:,} tokens, too few for block_size {T}: lower --block_size,"
+                         " or prepare more data")
 
 def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, suffix_start, exit_kind,
                thresholds):  # eval.py: one model's settings against it and its data
     if suffix_start >= T:
-        raise InputError(f"--suffix_start={suffix_start} is not below the block size {T}: use "
-                         f"1..{T - 1}, or 0 for the default")
-    if (exit_kind or thresholds) and (lacks := lacks_exits(model.config)):
-        given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
-        raise InputError(f"{given}: the model in {out_dir} has {lacks}; drop it")
+        raise InputError(f"--suffix_start={suffix_start}: use 1..{T - 1} (below the block size "
+                         f"{T}), or 0 for the default")
+    given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
+    check_exits(given, (exit_kind or thresholds) and model.config, f"the model in {out_dir}")
     check_start(model, ckpt, meta, data_dir, T)
-    if n_val <= T:
-        raise InputError(f"{data_dir}/val.bin has {n_val} tokens, too few for block_size {T}: "
-                         "set a smaller --block_size")
+    check_blocks(f"{data_dir}/val.bin", n_val, T)
     if html:
         check_output(html, 'html')
 
@@ -415,66 +351,58 @@ def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
 
-def given_keys(config, defaults):  # train.py: the keys this command sets (typed, or changed)
+def given_keys(config, defaults):  # the keys this command sets (typed, or changed)
     typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
     return {k for k in config if config[k] != defaults[k]} | typed_keys
 
-def check_kept(given, run, config, fixed):  # train.py: a given key the run fixes must agree
+def check_kept(given, run, config, fixed):  # a given key the run fixes must agree with it
     doing, where = (('resuming', config['out_dir']) if config['init_from'] == 'resume'
                     else ('fine-tuning', config['init_from']))
     files = ' '.join(a for a in sys.argv[1:] if not a.startswith('--'))  # the config files
-    for key in sorted(given & set(run) & fixed):
-        if config[key] != run[key]:  # (said as it was set: typed, or in a config file)
-            said, drop = ((typed(key, config[key]), f"--{key}") if f'--{key}=' in str(sys.argv)
-                          else (f"{key} = {config[key]!r} in {files}", f"{key} from {files}"))
-            raise InputError(f"{said}: the run in {where} has {typed(key, run[key])}, which "
-                             f"{doing} cannot change: drop {drop}, or train a new --out_dir")
+    for key in sorted(k for k in given & set(run) & fixed if config[k] != run[k]):
+        said = (typed(key, config[key]) if f'--{key}=' in str(sys.argv)  # (as it was set)
+                else f"{key} = {config[key]!r} in {files}")
+        raise InputError(f"{said}: the run in {where} has {typed(key, run[key])}, which {doing} "
+                         "cannot change: drop it, or train a new --out_dir")
 
 def check_run(config, defaults):  # train.py's settings, merged with a run's -> the device
     check_rules(KEYS['train.py'][1], config, defaults)
     world, steps = int(os.environ.get('WORLD_SIZE', 1)), config['gradient_accumulation_steps']
     if steps % world:
         raise InputError(f"--gradient_accumulation_steps={steps} counts the micro steps of all "
-                         f"{world} processes: give a multiple of {world}, e.g. "
-                         f"--gradient_accumulation_steps={world}")
+                         f"{world} processes: give a multiple of {world}")
     return get_device(config['device'])
 
 def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num):  # s: settings
-    block_size, batch_size, row = s['block_size'], s['batch_size'], meta['row']
-    if row and 'block_size' in given and block_size + 1 != row:  # SFT: rows set block_size
-        raise InputError(f"--block_size={block_size}: {data_dir} holds SFT rows of {row} tokens, "
-                         f"so block_size is {row - 1}: drop --block_size, or prepare rows of "
-                         f"{block_size + 1}: prepare.py --dataset=sft --tokenizer="
-                         f"{meta['tokenizer']} --block_size={block_size + 1}")
-    if row and block_size != row - 1 and os.environ.get('RANK', '0') == '0':
+    T, row, master = s['block_size'], meta['row'], os.environ.get('RANK', '0') == '0'
+    if row and T + 1 != row and 'block_size' in given:  # SFT: the rows set block_size
+        raise InputError(f"--block_size={T}: {data_dir} holds SFT rows of {row} tokens: drop it, "
+                         f"or prepare rows of {T + 1} (prepare.py --block_size={T + 1})")
+    if row and T + 1 != row and master:
         print(f"block_size = {row - 1}: {data_dir} holds SFT rows of {row} tokens")
-    block_size = row - 1 if row else block_size
-    for name, data in (('train', train_data), ('val', val_data)):
-        if not row and len(data) <= block_size + 1:
-            raise InputError(f"{data_dir}/{name}.bin has {len(data)} tokens, fewer than one block "
-                             f"of {block_size + 1}: lower --block_size or prepare more data")
-    if (tokens := batch_size * block_size) > train_data.size:  # (a typo? it would fill memory)
-        raise InputError(f"--batch_size={batch_size}: a batch of {tokens:,} tokens is more than "
-                         f"{data_dir}/train.bin holds ({train_data.size:,}): lower it")
-    per_iter = s['gradient_accumulation_steps'] * tokens
-    epochs = s['max_iters'] * per_iter / train_data.size
-    if epochs > 1 and os.environ.get('RANK', '0') == '0':  # repeating the data overfits it
+    T = row - 1 if row else T
+    for name, data in (('train', train_data), ('val', val_data)) if not row else ():
+        check_blocks(f"{data_dir}/{name}.bin", len(data), T)
+    if (tokens := s['batch_size'] * T) > train_data.size:  # (a typo? it would fill the memory)
+        raise InputError(f"--batch_size={s['batch_size']}: a batch of {tokens:,} tokens is more "
+                         f"than {data_dir}/train.bin holds ({train_data.size:,}): lower it")
+    per_iter = s['gradient_accumulation_steps'] * tokens  # repeating the data overfits it:
+    if (epochs := s['max_iters'] * per_iter / train_data.size) > 1 and master:
         print(f"warning: {s['max_iters']} iterations of {per_iter:,} tokens make {epochs:.1f} "
               f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens): see README Configs")
-    ckpt_path = os.path.join(s['out_dir'], 'ckpt.pt')
-    if s['init_from'] != 'resume' and os.path.exists(ckpt_path) and not s['overwrite']:
-        if s['init_from'] != 'scratch' and os.path.samefile(s['init_from'], s['out_dir']):
-            raise InputError(f"--out_dir={s['out_dir']} holds the run that --init_from="
-                             f"{s['init_from']} fine-tunes: write the fine-tune to another "
-                             "--out_dir")
-        raise InputError(f"{ckpt_path} already holds a run: resume it with  {resume_command()}  "
-                         "or start over on purpose with --overwrite=True (or another --out_dir)")
+    path, tune = os.path.join(s['out_dir'], 'ckpt.pt'), s['init_from']
+    if tune != 'resume' and os.path.exists(path) and not s['overwrite']:  # never by accident
+        own = tune != 'scratch' and os.path.samefile(tune, s['out_dir'])  # (a fine-tune of it)
+        fix = (f"--init_from={tune} fine-tunes it: write to another --out_dir" if own else
+               f"resume it with  {resume_command()}  or start over on purpose with "
+               "--overwrite=True (or another --out_dir)")
+        raise InputError(f"{path} already holds a run: {fix}")
     if iter_num >= s['max_iters'] and not s['eval_only']:
-        at = f"{ckpt_path} is at iter {iter_num} and " if s['init_from'] == 'resume' else ''
+        at = f"{path} is at iter {iter_num} and " if tune == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
-    if not np.isfinite(lossf):
+    if not math.isfinite(lossf):
         given = ' '.join(typed(k, s[k]) for k in sorted(given) if type(s[k]) is float)
         raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
                          f"alphas {alphas}. Lower --learning_rate or --alpha_init"
@@ -589,6 +517,30 @@ def written(path, mode='w'):  # -> saving's file, open to write
     with saving(path) as tmp, open(tmp, mode, encoding=None if 'b' in mode else 'utf-8') as f:
         yield f
 
+@contextmanager
+def replaced(path):  # -> a folder to build in; done, it replaces path whole; else path stays
+    new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
+    os.makedirs(new, exist_ok=True)
+    try:
+        yield new
+        if os.path.exists(path):
+            os.rename(path, old)
+        os.rename(new, path)
+    finally:  # (stopped between the two renames: the old folder goes back)
+        if os.path.exists(old) and not os.path.exists(path):
+            os.rename(old, path)
+        for folder in (new, old):
+            shutil.rmtree(folder, ignore_errors=True)
+
+def check_prepared(out_dir, train, held, sft_block):  # prepare.py: never a worse dataset
+    size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
+    if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
+        raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
+                         f"it is kept; check the settings, or remove {out_dir} to replace it")
+    if not (held and train):  # (eval.py needs held-out documents)
+        raise InputError(f"no {'training' if held else 'held-out'} documents left for {out_dir}"
+                         + f": raise --block_size={sft_block}" * bool(sft_block))
+
 def digest(state):  # a checksum of a checkpoint's weights: saved beside them, checked on load
     import hashlib, torch
     h = hashlib.sha256()
@@ -598,9 +550,8 @@ def digest(state):  # a checksum of a checkpoint's weights: saved beside them, c
     return h.hexdigest()
 
 def save(ckpt, path, iter_num, stop=None):  # torch.save, atomically (saving), with its checksum
-    import torch
-    with saving(path, f"(at iter {iter_num})") as tmp:
-        with open(tmp, 'wb') as f:  # (a file: torch's writer then keeps the OSError it met)
-            torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)
+    import torch  # (to a file: torch's writer then keeps the OSError it met)
+    with saving(path, f"(at iter {iter_num})") as tmp, open(tmp, 'wb') as f:
+        torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)
 
 sys.excepthook = excepthook  # imported first by every script: its one entry handler

