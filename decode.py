@@ -106,8 +106,7 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None
     return idx, torch.stack(depths, 1)
 
 def autocast(device, dtype='', decode=False, trained=''):
-    """-> (dtype, its autocast context, which and why). dtype '': the model's own (trained), else
-    bf16 on CUDA; on a CPU float32 to decode, bf16 only with bf16 instructions (AMX, AVX-512)."""
+    """-> (dtype, its autocast context, which and why): the first of these that applies."""
     if dtype:
         why = f"--dtype={dtype}"
     elif trained:
@@ -116,7 +115,7 @@ def autocast(device, dtype='', decode=False, trained=''):
         dtype, why = 'bfloat16', "the default on CUDA"
     elif decode:
         dtype, why = 'float32', "decoding on a CPU, a token at a time (bf16 autocast is slower)"
-    else:
+    else:  # on a CPU bf16 pays only with instructions of its own (elsewhere it is emulated)
         has = [name for name, on in [('AMX', torch.cpu._is_amx_tile_supported()),
                                      ('avx512_bf16', torch.cpu._is_avx512_bf16_supported())] if on]
         dtype = 'bfloat16' if has else 'float32'
