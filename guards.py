@@ -118,7 +118,7 @@ def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one en
         err = f"out of memory ({size and size[0]}): {fix}"
     elif issubclass(kind, OSError) and err.filename is not None:  # a file the OS refused
         err = f"cannot use {err.filename}: {err.strerror}"
-    elif not (issubclass(kind, InputError)  # (or model.py's ValueError: its bad input)
+    elif not (issubclass(kind, InputError)  # (or a ValueError of model.py or decode.py: bad input)
               or kind is ValueError and where in ('model.py', 'decode.py')):
         return _default(kind, err, tb)
     if os.environ.get('RANK', '0') == '0':  # (torchrun: every rank meets the same input)
