@@ -105,7 +105,7 @@ def depth_scan(model, rows, batch_size):
 def early_exit_curve(model, rows, scan, batch_size, kind, thresholds):
     """Post-hoc per-token exit at each threshold, beside uniform depth at the same mean compute
     (interpolated). None with ACT (its gate picks) or without a loop."""
-    if kind not in model.config.exit_kinds():
+    if not model.config.exit_kinds():
         return []
     uniform = {s['k']: s['nll'] for s in scan}  # k -> NLL, filled in where the curve needs it
     curve = []
