@@ -201,7 +201,7 @@ def evaluate(path, model, data_dir, T, html):
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
     device = guards.get_device(device)
-    dirs = guards.folders(out_dir)  # several (a,b,c): each in turn, each its own eval.json
+    dirs = guards.folders(out_dir)  # several (a,b,c): each in turn (once), each its eval.json
     maps = {d: os.path.join(d, os.path.basename(html)) if html and dirs[1:] else html for d in dirs}
     checked = {d: load(d, maps[d]) for d in dirs}  # every model before any work
     exit_kind = exit_kind or 'maxprob'  # (checked as given)

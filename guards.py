@@ -199,10 +199,11 @@ def check_rules(rules, values, defaults):  # the first rule across keys that val
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in defaults]
             raise InputError(f"{' '.join(typed(k, values[k]) for k in keys)}: {words}")
 
-def check_path(key, value, kind, default):  # -> the path, ~ and $VAR expanded, or bad input
-    if value == '':  # '' is a path only where it is the default (off)
-        raise InputError(f"{typed(key, value)}: need {key} != '', e.g. {typed(key, default)}")
-    names = value.split(',') if kind == 'paths' and not os.path.isdir(value) else [value]
+def check_path(key, value, kind, default):  # -> the path (paths: a,b), ~ and $VAR expanded
+    names = folders(value) if kind == 'paths' else [value]
+    if '' in names:  # '' is a path only where it is the default (off)
+        raise InputError(f"{typed(key, value)}: an empty name: need {key} != '', e.g. "
+                         f"{typed(key, default)}")
     paths = [os.path.expanduser(os.path.expandvars(name)) for name in names]
     for path in paths:  # what is left is what bash would have expanded, or a typo
         if odd := re.search(r'\$\{?\w+|^~\w*|[\x00-\x1f]|^\s|\s$', path):
@@ -232,16 +233,12 @@ def check_output(path, key, folder=False):  # before any work: make what path wi
         if new:
             shutil.rmtree(new, ignore_errors=True)
 
+def folders(value):  # --out_dir='a,b' -> ['a', 'b'] (a folder named a,b: whole)
+    return [value] if os.path.isdir(value) else value.split(',')
+
 def refused(path, e, fix):  # the OS refused to write path (any errno) -> one line: why, the fix
     where = f" ({e.filename})" if e.filename not in (None, path) else ''
     return InputError(f"cannot write {path}: {e.strerror}{where}: {fix}")
-
-def folders(value, once=True):  # --out_dir='a,b' -> ['a', 'b']; none empty, each once
-    names = [value] if os.path.isdir(value) else value.split(',')  # (a folder named a,b: whole)
-    if '' in names or once and len(set(names)) < len(names):
-        why = 'an empty name' if '' in names else 'a folder named twice'
-        raise InputError(f"--out_dir={value}: {why}; name folders comma-separated: --out_dir=a,b")
-    return names
 
 def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named (a pipe too)
     try:
@@ -266,8 +263,7 @@ def get_device(device=''):  # -> the --device ('' = cuda if there is a GPU, else
     try:
         torch.empty(1, device=device).cpu()  # (a device that holds no data, meta, fails here)
     except Exception:
-        why = ' (no CUDA GPU here)' if 'cuda' in device and not torch.cuda.is_available() else ''
-        raise InputError(f"--device={device} is not usable on this machine{why}: use --device=cpu")
+        raise InputError(f"--device={device} is not usable on this machine: use --device=cpu")
     return device
 
 def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt), ckpt)
@@ -296,15 +292,6 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
                          "or are not finite: use a copy of it, or train it again")
     return model.to(device), ckpt
 
-def check_n_loops(model, n_loops):  # -> model.depths(n_loops), or bad input that names the fix
-    try:
-        return model.depths(n_loops)
-    except ValueError:  # (model.py's words name no fix)
-        n = len(model.segments)
-        fix = f"give one depth >= 1 for all, e.g. --n_loops=4{', or one each' * (n > 1)}"
-        raise InputError(f"{typed('n_loops', n_loops)}: the model has {n} tied segment"
-                         f"{'s' * (n != 1)}: {fix if n else 'drop it'}") from None
-
 def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
     kind, _, text = s.partition(':')
     t = -1.0  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
@@ -321,14 +308,14 @@ def check_exits(given, c, model='the model'):  # an exit option (given) for a mo
         lacks = "an ACT gate that picks each token's depth" if c.act else "no tied loop"
         raise InputError(f"{given}: {model} has {lacks}; drop it")
 
-def check_start(model, ckpt, meta, data_dir, T):  # a trained model against the data it meets
-    c, data = model.config, f"tokenizer {meta['tokenizer']}, vocab_size {meta['vocab_size']}"
-    if (trained := f"tokenizer {ckpt['meta']['tokenizer']}, vocab_size {c.vocab_size}") != data:
+def check_start(ckpt, meta, data_dir, T):  # a trained model (ckpt) against the data it meets
+    c, data = ckpt['model_args'], f"tokenizer {meta['tokenizer']}, vocab_size {meta['vocab_size']}"
+    if (trained := f"tokenizer {ckpt['meta']['tokenizer']}, vocab_size {c['vocab_size']}") != data:
         raise InputError(f"{data_dir}/meta.json: {data}, but the model was trained on --dataset="
                          f"{ckpt['config']['dataset']} ({trained}): prepare the data with the "
                          "model's tokenizer")
-    if T > c.block_size:
-        raise InputError(f"--block_size={T} is larger than the model's {c.block_size}: lower it")
+    if T > c['block_size']:
+        raise InputError(f"--block_size={T} is larger than the model's {c['block_size']}: lower it")
 
 def check_blocks(path, n, T):  # a token stream (path) of n tokens, cut into rows of T + 1
     if n <= T:
@@ -342,9 +329,9 @@ def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, suffix_star
                          f"{T}), or 0 for the default")
     given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
     check_exits(given, (exit_kind or thresholds) and model.config, f"the model in {out_dir}")
-    check_start(model, ckpt, meta, data_dir, T)
+    check_start(ckpt, meta, data_dir, T)
     check_blocks(f"{data_dir}/val.bin", n_val, T)
-    if html:
+    if html:  # (several out_dirs: a map in each, by this name)
         check_output(html, 'html')
 
 def resume_command():  # this very command, resuming: it runs as typed
@@ -373,7 +360,7 @@ def check_run(config, defaults):  # train.py's settings, merged with a run's -> 
                          f"{world} processes: give a multiple of {world}")
     return get_device(config['device'])
 
-def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num):  # s: settings
+def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num, ckpt):  # s: settings
     T, row, master = s['block_size'], meta['row'], os.environ.get('RANK', '0') == '0'
     if row and T + 1 != row and 'block_size' in given:  # SFT: the rows set block_size
         raise InputError(f"--block_size={T}: {data_dir} holds SFT rows of {row} tokens: drop it, "
@@ -381,6 +368,8 @@ def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num): 
     if row and T + 1 != row and master:
         print(f"block_size = {row - 1}: {data_dir} holds SFT rows of {row} tokens")
     T = row - 1 if row else T
+    if ckpt:  # resuming or fine-tuning: the trained model against this data
+        check_start(ckpt, meta, data_dir, T)
     for name, data in (('train', train_data), ('val', val_data)) if not row else ():
         check_blocks(f"{data_dir}/{name}.bin", len(data), T)
     if (tokens := s['batch_size'] * T) > train_data.size:  # (a typo? it would fill the memory)
@@ -427,16 +416,12 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
 
 def ran_on():  # -> where a run runs: commit ('+': the tree differs), torch, CPU, threads
     import platform, subprocess, torch
-    here = os.path.dirname(os.path.abspath(__file__))
-    git = lambda *a: subprocess.Popen(['git', '-C', here, *a], stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True).communicate()[0]
-    commit = git('rev-parse', '--short', 'HEAD').strip() or 'unknown'
-    dirty = '+' if git('status', '--porcelain', '--untracked-files=no').strip() else ''
-    cpu = platform.machine()  # (platform.processor() runs a command: /proc/cpuinfo names it)
-    with suppress(OSError):
-        cpu = next(line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo')
-                   if line.startswith('model name'))
-    return dict(commit=commit + dirty, torch=torch.__version__, cpu=cpu,
+    git = subprocess.Popen(['git', '-C', os.path.dirname(os.path.abspath(__file__)), 'describe',
+                            '--always', '--dirty=+', '--exclude=*'], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True).communicate()[0]
+    info = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''  # (Linux)
+    cpu = re.findall(r'^model name\s*: (.*)', info, re.M) or [platform.machine()]
+    return dict(commit=git.strip() or 'unknown', torch=torch.__version__, cpu=cpu[0],
                 threads=torch.get_num_threads())
 
 class Progress:  # a long loop says how far it is, every 5 s: progress(text) at each turn
@@ -549,7 +534,7 @@ def digest(state):  # a checksum of a checkpoint's weights: saved beside them, c
         h.update(t.detach().cpu().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
 
-def save(ckpt, path, iter_num, stop=None):  # torch.save, atomically (saving), with its checksum
+def save(ckpt, path, iter_num):  # torch.save, atomically (saving), with its checksum
     import torch  # (to a file: torch's writer then keeps the OSError it met)
     with saving(path, f"(at iter {iter_num})") as tmp, open(tmp, 'wb') as f:
         torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)

@@ -34,13 +34,13 @@ start = guards.read_prompt(start)  # the text, or with FILE:path the file's
 def load(out_dir):  # a model and what sampling it needs: each option checked for this model
     path = os.path.join(out_dir, 'ckpt.pt')
     model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
-    max_depth = sum(guards.check_n_loops(model, n_loops))  # (one depth for all, or one each)
+    max_depth = sum(model.depths(n_loops))  # (one depth for all, or one each)
     exit = guards.parse_exit(exit_at, model.config) if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
     _, ctx, precision = autocast(device, dtype, True, ckpt['config'].get('dtype', ''))
     return model.eval(), max_depth, exit, ctx, precision, encode(start), decode
 
-names = guards.folders(out_dir, once=False)  # several models, each under its name (one twice: ok)
+names = guards.folders(out_dir)  # several models, each under its name (one twice: ok)
 models = [load(name) for name in names]  # all checked before the first sample
 for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, models):
     if len(names) > 1:

@@ -105,7 +105,7 @@ data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data = load_tokens(data_dir, 'train')
 val_data = load_tokens(data_dir, 'val')
-guards.check_train_data(config, given, meta, data_dir, train_data, val_data, iter_num)
+guards.check_train_data(config, given, meta, data_dir, train_data, val_data, iter_num, ckpt)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
@@ -113,8 +113,6 @@ if init_from == 'scratch':
     torch.manual_seed(seed)  # the initial weights
     model_args = {f.name: globals()[f.name] for f in fields(GPTConfig) if f.name != 'vocab_size'}
     model = GPT(GPTConfig(**model_args, vocab_size=meta['vocab_size']))
-else:
-    guards.check_start(model, ckpt, meta, data_dir, block_size)
 # -----------------------------------------------------------------------------
 
 ddp = 'RANK' in os.environ  # started by torchrun? It sets each process's rank, and how many
@@ -197,7 +195,7 @@ def save_checkpoint():
     ckpt = dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                 model_args=asdict(raw_model.config), iter_num=iter_num, best_val_loss=best_val_loss,
                 config={k: globals()[k] for k in config_keys}, meta=meta)
-    guards.save(ckpt, ckpt_path, iter_num, stop)
+    guards.save(ckpt, ckpt_path, iter_num)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
 def log_line(lossf, info, lr, dt):

@@ -87,8 +87,6 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
                                       ['--out_dir=out,', 'an empty name']),
     'eval_out_dir_trailing_comma': (None, (*EVAL, '--out_dir=out,'),
                                     ['--out_dir=out,', 'an empty name']),
-    'eval_out_dir_twice': (None, (*EVAL, '--out_dir=out,out'),
-                           ['--out_dir=out,out', 'named twice']),
     'eval_dataset_unknown': (None, (*EVAL, '--dataset=nope'),
                              ['data/nope_byte/meta.json', 'topics,shakespeare', 'check --dataset']),
     'eval_html_is_a_folder': (None, (*EVAL, '--html=data'),

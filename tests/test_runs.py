@@ -229,7 +229,7 @@ def test_sample_without_out_dir_names_the_runs_that_exist(job):
 def test_cuda_without_a_gpu_says_so(tmp_path):
     make_data(tmp_path)
     for r in run_all(*[(tmp_path, script, '--device=cuda') for script in ('train.py', 'sample.py', 'eval.py')]):
-        one_line_error(r, "--device=cuda", 'no CUDA', '--device=cpu')
+        one_line_error(r, "--device=cuda", 'not usable on this machine', '--device=cpu')
 
 
 # ---------------------------------------------------------------- a run that never starts

@@ -165,7 +165,7 @@ def several_models_side_by_side(d):
     reports = lambda pt: [json.loads((d / m).read_text()) for m in (f'pt/{pt}', 'ft/eval.json')]
     ev = run(d, 'eval.py', '--out_dir=pt,ft', '--dataset=sft', '--device=cpu', '--eval_iters=1', '--batch_size=4')
     on_sft = reports('eval_sft.json') if ev.returncode == 0 else None
-    own = run(d, 'eval.py', '--out_dir=pt,ft', '--device=cpu', '--eval_iters=1', '--batch_size=4')
+    own = run(d, 'eval.py', '--out_dir=pt,ft,pt', '--device=cpu', '--eval_iters=1', '--batch_size=4')
     sample = run(d, 'sample.py', '--out_dir=pt,ft,pt', '--start=ab', '--max_new_tokens=8', '--num_samples=2',
                  '--device=cpu')
     return ev, own, sample, on_sft, reports('eval.json') if own.returncode == 0 else None
@@ -173,7 +173,8 @@ def several_models_side_by_side(d):
 
 def test_several_models_side_by_side(job):
     """eval.py --out_dir=a,b evaluates each in turn (on the same documents with --dataset), each its own
-    eval.json and report; sample.py --out_dir=a,b,a: each under its name, the same seed and settings."""
+    eval.json and report (a,b,a: each once); sample.py --out_dir=a,b,a: each under its name, the same seed and
+    settings."""
     ev, own, sample, on_sft, on_own = job
     out = ok(ev)
     # pt's report on other data than its own is eval_sft.json: its eval.json (its own data) is kept
@@ -182,7 +183,7 @@ def test_several_models_side_by_side(job):
         assert r['docs'] == 'data/sft/eval.jsonl' and r['suffix_nll']['pad_fraction'] > 0.5  # the SFT samples: mostly pad
     assert on_sft[0]['suffix_nll'] != on_sft[1]['suffix_nll']  # two models, two reports
     assert 'models, ranked' not in out  # no ranking table: frontier.py ranks across seeds
-    ok(own)
+    assert ok(own).count('suffix NLL (') == 2  # pt named twice: evaluated once
     assert [r['docs'] for r in on_own] == ['data/tiny/eval.jsonl', 'data/sft/eval.jsonl']  # each its own
     text = ok(sample)
     parts = re.split(r'^=== (\S+) ===$', text, flags=re.M)
