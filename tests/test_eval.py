@@ -23,9 +23,9 @@ def test_suffix_nll_matches_hand_computation():
     x, real = ev.pack_docs(docs, eot, T)
     assert x[0].tolist() == list(range(1, 17)) and x[1].tolist() == [3, 4, 5] + [eot] * 13
     nll, depth, resid, entropy = ev.score(model, x, 8)
-    assert ev.suffix(T, start) == (start, slice(start - 1, None))  # target j: column j - 1
+    assert ev.suffix(T) == (start, slice(start - 1, None))  # 193 of 256 at T=16; target j: column j - 1
     assert ev.suffix(256) == (193, slice(192, None)) and ev.suffix(128)[0] == 96  # the paper's, scaled
-    got = ev.suffix_nll(nll, real[:, 1:], ev.suffix(T, start)[1])
+    got = ev.suffix_nll(nll, real[:, 1:], ev.suffix(T)[1])
     with torch.no_grad():  # by hand: the logits at j - 1 predict token j; target j is real if j <= the doc's EOT index
         logits, _, info = model(x)
     logp = F.log_softmax(logits.float(), -1)
@@ -139,8 +139,7 @@ GPT2_META = dict(tokenizer='gpt2', vocab_size=50257, eot=50256, dtype='uint16')
 
 
 def test_bad_input_is_one_line(tmp_path):
-    cases = {'block': (['--block_size=64'], "block_size=64 is larger than the model's 32"),
-             'vocab': ([], 'meta.json: tokenizer gpt2, vocab_size 50257, but the model was trained on'),
+    cases = {'vocab': ([], 'meta.json: tokenizer gpt2, vocab_size 50257, but the model was trained on'),
              'ckpt': (['--out_dir=nope'], 'no checkpoint at nope/ckpt.pt')}
     procs = {}
     for name, (args, _) in cases.items():
