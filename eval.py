@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 from model import GPT
 from decode import autocast
-from prepare import (get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs,
-                     dataset_folder, split_folder)
+from prepare import get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs
 from depthmap import write_html
 
 # -----------------------------------------------------------------------------
@@ -22,13 +21,10 @@ device = ''  # '' = cuda if available, else cpu
 dtype = ''  # '' = the dtype the model was trained with
 batch_size = 8
 eval_iters = 10  # val batches for the depth scan and the early-exit curve
-block_size = 0  # 0 = the model's
-suffix_start = 0  # first scored target position; 0 = the paper's 193 of 256, scaled
 exit_kind = ''  # post-hoc exit: 'maxprob' (once confident; '' = it), 'resid' (once still)
 thresholds = ()  # the early-exit curve's; () = DEFAULTS[exit_kind]
 max_docs = 200  # eval.jsonl documents per topic
 html = ''  # write the depth map to this file (several out_dirs: to this name in each)
-seed = 1337
 # -----------------------------------------------------------------------------
 DEFAULTS = {'maxprob': (0.3, 0.5, 0.7, 0.9, 0.95, 0.99), 'resid': (0.2, 0.1, 0.05, 0.02, 0.01)}
 
@@ -72,10 +68,10 @@ def score(model, x, batch_size, n_loops=None, exit=None):
         progress(f"  {i + len(xb)}/{len(x)} rows scored")  # a slow eval
     return [torch.cat(column).cpu() for column in zip(*out)]
 
-def suffix(T, start=0):
-    """The targets the paper's benchmark scores: positions start..T-1 of a row (0: its 193 of 256,
-    scaled to T) -> (start, the columns of score that predict them)."""
-    start = start or min(max(round(193 * T / 256), 1), T - 1)
+def suffix(T):
+    """The targets the paper's benchmark scores: its positions 193..255 of a 256-token row, scaled
+    to T -> (the first, the columns of score that predict them)."""
+    start = min(max(round(193 * T / 256), 1), T - 1)
     return start, slice(start - 1, None)
 
 def suffix_nll(nll, real, columns):
@@ -85,7 +81,7 @@ def suffix_nll(nll, real, columns):
     return dict(masked=nll[real].mean().item() if real.any() else None, unmasked=nll.mean().item(),
                 pad_fraction=1 - real.float().mean().item())
 
-def val_rows(data, T, n, seed):
+def val_rows(data, T, n, seed=1337):
     """n rows of T val tokens at fixed, seeded positions: every depth is scored on the same text."""
     ix = torch.randint(len(data) - T, (n,), generator=torch.Generator().manual_seed(seed))
     return torch.from_numpy(token_rows(data, ix.tolist(), T))
@@ -154,12 +150,12 @@ def print_report(r):  # eval.json's numbers, a line a row
 def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one model, data, checked
     path = os.path.join(out_dir, 'ckpt.pt')
     model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
-    T = block_size or model.config.block_size
+    T = model.config.block_size
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
-    data_dir = 'data/' + dataset_folder(split_folder(dataset or own)[0], split_folder(own)[1])
+    data_dir = 'data/' + (dataset or own).removesuffix('_byte') + '_byte' * own.endswith('_byte')
     meta, val = load_meta(data_dir), load_tokens(data_dir, 'val')
-    guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, suffix_start,
-                      exit_kind, thresholds)
+    guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, 0, exit_kind,
+                      thresholds)  # (0: the paper's suffix, eval.py has no --suffix_start)
     # eval.json on the model's own data; eval_<data>.json on other data (each kept)
     name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
     guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir')
@@ -170,12 +166,12 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one mode
 def evaluate(path, model, data_dir, T, html):
     """One checked model, with the settings above -> its report at path, its depth map."""
     c = model.config
-    start, columns = suffix(T, suffix_start)
+    start, columns = suffix(T)
     docs, tokens, x, real, n_bad = doc_rows(data_dir, T, max_docs)
     nll, depth, resid, entropy = score(model, x, batch_size)  # at the trained depth
     probes = {'relative residual': probe(nll, resid, real), 'entropy': probe(nll, entropy, real)}
     source = 'the ACT gate' if c.act else 'the trained depth' if c.loops else 'no loop'
-    rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size, seed)
+    rows = val_rows(load_tokens(data_dir, 'val'), T, eval_iters * batch_size)
     scan = depth_scan(model, rows, batch_size)
     report = dict(suffix_nll=suffix_nll(nll, real, columns), depth_scan=scan,
                   early_exit=early_exit_curve(model, rows, scan, batch_size, exit_kind, thresholds),

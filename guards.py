@@ -72,10 +72,9 @@ KEYS = {
          'out_dir': 'paths', 'dtype': DTYPES, 'start exit_at show_depth device': 'any'},
         []),
     'eval.py': (
-        {'batch_size eval_iters max_docs': 'x >= 1', 'suffix_start': 'x >= 0',
-         'block_size': 'x == 0 or x >= 2',  # (a row of one token has no target to score)
+        {'batch_size eval_iters max_docs': 'x >= 1',
          'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)',
-         'exit_kind': "x in ('', 'maxprob', 'resid')", 'seed': '0 <= x < 2**64',
+         'exit_kind': "x in ('', 'maxprob', 'resid')",
          'out_dir': 'paths', 'html': 'new file', 'dataset': NAME, 'dtype': DTYPES,
          'device': 'any'},
         [("exit_kind == 'resid' or all(t <= 1 for t in thresholds)",

@@ -112,7 +112,6 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
                                         ['n_loops=4', 'the model has 0 segments']),
     'eval_thresholds_on_act': (lambda d: save_model(d / 'out', act=True), (*EVAL, '--thresholds=0.9'),
                                ["'--thresholds=(0.9,)'", 'ACT gate']),
-    'eval_block_size_past_the_model': (None, (*EVAL, '--block_size=64'), ['--block_size=64', "model's 32"]),
     'eval_val_shorter_than_a_row': (lambda d: (d / 'data' / 'topics_byte' / 'val.bin').write_bytes(b'\x01\x00' * 10),
                                     EVAL, ['val.bin has 10 tokens', 'too few for block_size 32', '--block_size']),
     'sft_rows_cut_short': (lambda d: (make_sft(d) / 'train.bin').write_bytes(b'\x01\x00' * (ROW * 3 + 5)),
