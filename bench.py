@@ -5,10 +5,10 @@ absolute numbers.
 - the tied loop's step in float32 vs bfloat16 autocast, at n_embd and at each of dtype_widths
   (on a CPU with bf16 instructions, bf16 pays from between d=128 and d=192);
 - phantom vs full backprop at several k: step time and memory;
-- generation: tokens/s re-encoding the context, with the KV cache at full depth, and with the
-  KV cache + each per-token policy (each exit; an ACT model's gate): its mean depth, the tied-block
-  calls counted, and its speedup against the ideal (the blocks a new token runs at full depth
-  over those it runs under the policy);
+- generation: tokens/s re-encoding the context (model.generate), with the KV cache at full depth,
+  and with the KV cache + each per-token policy (each exit; an ACT model's gate): its mean depth,
+  the tied-block calls counted, and its speedup against the ideal (the blocks a new token runs at
+  full depth over those it runs under the policy);
 - model FLOPs per token and the FLOP/s achieved (on CUDA, MFU against the GPU's bf16 peak).
 $ python bench.py                              (CPU, random weights)
 $ python bench.py --init_from=out-cpu-v13,out-cpu-v13-act  (trained: the exits see real confidence)
@@ -141,26 +141,29 @@ def count_blocks(model):
     return counts, [b.register_forward_hook(hook) for b in model.modules() if isinstance(b, Block)]
 
 def gen_speeds(settings):
-    """gen_tokens greedy tokens by each (model, start, kv_cache, exit), taking turns over `repeats`
-    rounds (round 0 warms up, untimed, and counts block calls). -> each one's median tokens/s, and
-    per token decoded alone (not the first): the mean depth it reports, tied and all block calls."""
+    """gen_tokens greedy tokens by each (model, start, exit), taking turns over `repeats` rounds
+    (round 0 warms up, untimed, and counts block calls); exit 're-encode': model.generate, nanoGPT's
+    (no cache), else decode.generate. -> each one's median tokens/s, and per token decoded alone
+    (not the first): the mean depth it reports, tied and all block calls."""
     speeds = [[] for _ in settings]
     counts, depths = [None] * len(settings), [None] * len(settings)
     with gen_ctx:
         for r in range(repeats + 1):
-            for i, (model, start, kv_cache, exit) in enumerate(settings):
+            for i, (model, start, exit) in enumerate(settings):
                 counts[i], hooks = count_blocks(model) if r == 0 else (counts[i], [])
                 sync()
                 t0 = time.perf_counter()
-                _, depth = generate(model, start, gen_tokens, top_k=1, exit=exit,
-                                    kv_cache=kv_cache)
+                if exit == 're-encode':
+                    model.generate(start, gen_tokens, top_k=1)
+                else:
+                    depths[i] = generate(model, start, gen_tokens, top_k=1, exit=exit)[1]
                 sync()
                 speeds[i].append(gen_tokens / (time.perf_counter() - t0))
-                depths[i] = depth[:, 1:].float().mean().item()
                 for h in hooks:
                     h.remove()
     n = gen_tokens - 1
-    return [(median(s[1:]), d, c['tied'] / n, c['blocks'] / n)
+    return [(median(s[1:]), d if d is None else d[:, 1:].float().mean().item(), c['tied'] / n,
+             c['blocks'] / n)
             for s, d, c in zip(speeds, depths, counts)]
 
 def print_row(*cells):
@@ -281,12 +284,12 @@ for kk in phantom_ks:
               ratio=f"{ratio:.2f}x time, {mb_phantom / mb_full:.2f}x memory of full")
     del full, phantom
 
-# 4. generation: re-encoding and the KV cache at full depth, then the KV cache + each policy. The
-# ideal speedup of a policy is the ratio of the blocks a new token runs, full depth / the policy's
+# 4. generation: re-encoding (nanoGPT's generate) and the KV cache at full depth, then the KV cache
+# + each policy. The ideal speedup of a policy: the blocks a new token runs, full depth / policy's
 for name, full, ids, policies in groups:
     start = torch.tensor([ids], device=device)
-    settings = [(full, start, False, None), (full, start, True, None)]
-    rows = gen_speeds(settings + [(m, start, True, exit) for _, m, exit in policies])
+    settings = [(full, start, 're-encode'), (full, start, None)]
+    rows = gen_speeds(settings + [(m, start, exit) for _, m, exit in policies])
     (plain_tps, *_), (cached_tps, _, _, N), *rows = rows
     what = f"generate {gen_tokens}, {name}:"
     gen_row(f"{what} re-encoding the context", plain_tps)

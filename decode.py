@@ -86,17 +86,14 @@ def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
 
 @torch.no_grad()
 def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-             repetition_penalty=1.0, n_loops=None, exit=None, kv_cache=True):
-    """Sample max_new_tokens tokens after idx (B, T) -> (idx, each new token's depth (B, N)).
-    With exits, re-encoding (kv_cache=False) runs a stopped token's skipped steps on its frozen
-    state, so it may differ from the cache; at a fixed depth never."""
+             repetition_penalty=1.0, n_loops=None, exit=None):
+    """Sample max_new_tokens tokens after idx (B, T) -> (idx, each new token's depth (B, N))."""
     block_size, cache, depths = model.config.block_size, None, []
     for _ in range(max_new_tokens):
-        if cache is not None and idx.size(1) <= block_size:
+        if cache and idx.size(1) <= block_size:
             chunk = idx[:, -1:]  # only the new token: the others' keys and values are cached
-        else:  # the first step, no cache, or past block_size (learned positions: keys can't
-            # slide): (re-)encode the last block_size tokens
-            cache = KVCache(block_size) if kv_cache else None
+        else:  # the first step, or past block_size (learned positions: keys can't slide):
+            cache = KVCache(block_size)  # (re-)encode the last block_size tokens
             chunk = idx[:, -block_size:]
         logits, _, info = model(chunk, n_loops=n_loops, exit=exit, cache=cache)
         logits = logits[:, -1, :].float()
