@@ -53,11 +53,6 @@ def pieces(ids, decode):
             out, i = out + [(decode(ids[i:j]), i, j)], j
     return out
 
-def dataset_folder(dataset, tokenizer):  # ('topics', 'byte') -> 'topics_byte'
-    return dataset + ('_byte' if tokenizer == 'byte' else '')
-def split_folder(folder):  # 'topics_byte' -> ('topics', 'byte')
-    return folder.removesuffix('_byte'), 'byte' if folder.endswith('_byte') else 'gpt2'
-
 def token_rows(data, starts, T):  # -> (len(starts), T) int64
     return np.stack([data[i:i + T] for i in starts]).astype(np.int64)
 
@@ -195,7 +190,7 @@ def documents():  # -> (eot, held, train, val): token arrays, one a document (sf
     doc = lambda text: encode(text) + [eot]
     held, docs = sft(doc, eot, held, kept) if dataset == 'sft' else (held, list(map(doc, kept)))
     n = int(0.9 * len(docs))  # 90% train, the rest val (never empty: n < len(docs))
-    docs = [np.array(d, 'uint16' if eot < 2**16 else 'uint32') for d in docs]
+    docs = [np.array(d, 'uint16') for d in docs]  # (ids up to 50256)
     return eot, held, docs[:n], docs[n:]
 
 def sft(doc, eot, held, kept):  # -> (held, rows): prompt, EOT, answer, EOT, EOT padding
@@ -225,7 +220,7 @@ def read_shard(path):  # llm.c: 256 int32 (magic 20240520, version 1, token coun
 # Every script reads the data through these: each names the file and the fix on any damage
 def data_error(path, why):  # -> the error: the file, what is wrong, the fix to make it
     root, name = os.path.split(os.path.dirname(os.path.normpath(path)))
-    dataset, tokenizer = split_folder(name)
+    dataset, tokenizer = name.removesuffix('_byte'), 'byte' if name.endswith('_byte') else 'gpt2'
     if dataset not in [*DATASETS, 'fineweb']:  # no prepare.py command makes it
         return InputError(f"{path} {why}; prepare.py makes data/{{topics,shakespeare,fineweb,sft}}"
                           f" (and *_byte), not {name}: check --dataset")
@@ -252,27 +247,21 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
     except (ValueError, TypeError, KeyError) as e:
         why = f"lacks the key {e}" if isinstance(e, KeyError) else f"is not a JSON object ({e})"
         raise data_error(path, why) from None
-    whole = all(type(meta[k]) is int for k in ('vocab_size', 'eot', 'row'))
-    if not whole or meta['row'] < 0 or meta['row'] == 1:  # (row: 0, or an SFT row's tokens)
-        raise data_error(path, f"has vocab_size {meta['vocab_size']!r}, eot {meta['eot']!r}, row "
-                               f"{meta['row']!r}: each a whole number, a row 0 or 2 or more")
-    eot = {'byte': 256, 'gpt2': 50256}.get(str(meta['tokenizer']))  # get_tokenizer's
-    if (meta['eot'], meta['vocab_size']) != (eot, eot and eot + 1):  # (another tokenizer's data?)
-        raise data_error(path, f"says tokenizer {meta['tokenizer']!r} with eot {meta['eot']} and "
-                               f"vocab_size {meta['vocab_size']}: prepare.py's byte has 256, 257 "
-                               "and gpt2 50256, 50257")
-    with suppress(TypeError):  # (not a dtype at all: load_tokens says so)
-        dtype = np.dtype(meta['dtype'])
-        if dtype.kind not in 'ui' or np.iinfo(dtype).max < eot:
-            raise data_error(path, f"says dtype {meta['dtype']}: token ids up to {eot} need one "
-                                   "of whole numbers that holds them, e.g. uint16")
+    # what main() writes for its tokenizer (repr: 257.0 or '257' is not 257), else remade
+    eot, row = {'byte': 256, 'gpt2': 50256}.get(str(meta['tokenizer'])), meta['row']
+    says = f"eot {meta['eot']!r}, vocab_size {meta['vocab_size']!r}, dtype {meta['dtype']!r}"
+    if eot is None or says != f"eot {eot}, vocab_size {eot + 1}, dtype 'uint16'" or (
+            type(row) is not int or row < 0 or row == 1):  # (row: 0, or an SFT row's tokens)
+        raise data_error(path, f"says tokenizer {meta['tokenizer']!r}, {says}, row {row!r}: "
+                               "prepare.py writes byte with eot 256, vocab_size 257 or gpt2 with "
+                               "50256, 50257, dtype 'uint16', a row 0 (sft: 2 or more)")
     return meta
 
 def load_tokens(data_dir, split):  # the whole split as a np.memmap: read from disk as it is used
     meta, path = load_meta(data_dir), regular(os.path.join(data_dir, f'{split}.bin'))
     try:  # numpy refuses a missing or empty file, and one that is not a whole number of tokens
         tokens = np.memmap(path, meta['dtype'], 'r')
-    except (OSError, ValueError, TypeError) as e:  # TypeError: meta.json's dtype is no dtype
+    except (OSError, ValueError) as e:
         raise data_error(path, f"is unusable ({e})") from None
     if meta['row'] and len(tokens) % meta['row']:  # SFT: whole rows, as meta.json says
         raise data_error(path, f"holds {len(tokens):,} tokens: not whole rows of {meta['row']}")
@@ -292,7 +281,7 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
     return docs, len(lines) - len(docs)
 
 def main():
-    out_dir = os.path.join(data_root, dataset_folder(dataset, tokenizer))
+    out_dir = os.path.join(data_root, dataset + '_byte' * (tokenizer == 'byte'))  # topics_byte
     check_output(out_dir + '.new', 'data_root', folder=True)  # (.new: built beside, swapped in)
     with replaced(out_dir) as new:  # stopped or failed, out_dir stays as it was
         eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()

@@ -77,7 +77,7 @@ BAD = {  # name: (setup(folder) or None, script and args, words the one error li
                                  [f'{DATA}/val.bin', 'token id 300', 'vocab_size 257', FIX]),
     # issue 23: tracebacks, vague lines and silent mistakes of a new user
     'meta_vocab_size_a_string': (edit('meta.json', json.dumps({**META, 'vocab_size': '257'})), EVAL,
-                                 [f'{DATA}/meta.json', "vocab_size '257'", 'whole number', FIX]),
+                                 [f'{DATA}/meta.json', "vocab_size '257'", 'vocab_size 257', FIX]),
     'checkpoint_without_meta': (lambda d: strip_checkpoint(d, 'meta'), SAMPLE,
                                 ['out/ckpt.pt', "KeyError: 'meta'", 'train.py']),
     'sample_device_mps': (None, (*SAMPLE, '--device=mps'), [*MPS]),

@@ -264,15 +264,15 @@ GOOD = {'tokenizer': 'byte', 'vocab_size': 257, 'eot': 256, 'dtype': 'uint16'}
 
 
 @pytest.mark.parametrize('meta,size,words', [
-    ({**GOOD, 'vocab_size': 300}, 20, ["tokenizer 'byte' with eot 256 and vocab_size 300", 'byte has 256, 257']),
+    ({**GOOD, 'vocab_size': 300}, 20, ["tokenizer 'byte', eot 256, vocab_size 300", 'byte with eot 256, vocab_size 257']),
     ({**GOOD, 'eot': 0}, 20, ['eot 0']),
     ({**GOOD, 'tokenizer': 'bpe'}, 20, ["tokenizer 'bpe'"]),
-    ({**GOOD, 'dtype': 'float32'}, 20, ['dtype float32', 'e.g. uint16']),
-    ({**GOOD, 'dtype': 'uint8'}, 20, ['dtype uint8', 'token ids up to 256']),
-    ({**GOOD, 'dtype': 'uint32'}, 21, ['train.bin is unusable', 'multiple']),  # 21 bytes: not whole uint32s
+    ({**GOOD, 'dtype': 'float32'}, 20, ["dtype 'float32'", "dtype 'uint16'"]),
+    ({**GOOD, 'dtype': 'uint8'}, 20, ["dtype 'uint8'", "dtype 'uint16'"]),  # (too narrow for EOT 256)
+    ({**GOOD, 'vocab_size': 257.0}, 20, ['vocab_size 257.0', 'vocab_size 257']),  # not a whole number
     (GOOD, 21, ['train.bin is unusable', 'multiple']),
     ({**GOOD, 'tokenizer': ['byte']}, 20, ["tokenizer ['byte']"]),
-    ({**GOOD, 'row': -5}, 20, ['row -5', 'a row 0 or 2 or more']),
+    ({**GOOD, 'row': -5}, 20, ['row -5', 'a row 0 (sft: 2 or more)']),
 ])
 def test_metadata_that_disagrees_with_its_data_is_named(meta, size, words, tmp_path, monkeypatch):
     """meta.json against the tokenizer it names and the token files it describes: one line, the file, the fix."""
