@@ -19,10 +19,12 @@ print(min(sys.argv[1:], key=nll))" "$@"
 }
 W=$(pick weighted-1 weighted-2); C=$(pick deep-first shallow-first); K=$(pick consist-0.1 consist-1 consist-10)
 echo "picks at seed 1: $W $C $K"
-# 2. the picks beside multi and single at 5 seeds (3 first), on the same batches
-ARMS=multi+$T,single+$T,$W+$T,$C+$T,$K+$T
-run --seeds="(1,2,3)" --models=$ARMS
+# 2. the picks beside multi and single at 5 seeds, on the same batches: 3 seeds first; then
+# seeds 4-5 of multi and the picks; single's last
+ARMS=multi+$T,$W+$T,$C+$T,$K+$T
+run --seeds="(1,2,3)" --models=$ARMS,single+$T
 run --seeds="(1,2,3,4,5)" --models=$ARMS
+run --seeds="(1,2,3,4,5)" --models=$ARMS,single+$T
 # 3. the findings page over every run, and the verdict
 python lab/frontier.py --results=results/depthsup --from_runs=True
 python lab/depthsup/verdict.py
