@@ -56,9 +56,10 @@ def answers(runs, arm):
          'single: NLL at k=12': fr.paired(runs, a, s, fr.at(12))}
     finding = lambda diffs, sign: fr.verdict(diffs).startswith('**') and sign * fr.stats(
         diffs)[0] > 0
-    said = {'free exit kept': not finding(d['multi: the k=1 penalty'], +1),
-            'depth gained': finding(d['multi: NLL at k=12'], -1),
-            "single's depth scaling": not finding(d['single: NLL at k=12'], +1)}
+    said = {"free exit kept (k=1 penalty: no finding above multi's)":
+            not finding(d['multi: the k=1 penalty'], +1),
+            'depth gained (k=12: a finding below multi)': finding(d['multi: NLL at k=12'], -1),
+            "single's k=12 kept (no finding above it)": not finding(d['single: NLL at k=12'], +1)}
     return d, said
 
 def reproduced(runs):
@@ -94,6 +95,12 @@ def main():
                                        (fr.at(1), fr.at(12))], past_cell(runs[f'{a}+{TUNED}']),
                         past_cell(runs[f'{a}+{TUNED}'], fr.at(12)),
                         fr.cell(runs, f'{a}+{TUNED}', fr.k1_penalty)] for a in arms])]
+    m, s = f'multi+{TUNED}', f'single+{TUNED}'
+    lines += ["### single minus multi: the trade-off at these settings\n", fr.differences(
+        [(f"single minus multi: {what}", fr.paired(runs, s, m, value)) for what, value in
+         (('NLL at k=12', fr.at(12)), ('the k=1 penalty', fr.k1_penalty),
+          ('NLL at k=1', fr.at(1)))] + [("single minus multi: NLL at k=24",
+                                         measured(fr.paired(runs, s, m, past)))])]
     said_all = {}
     for arm in [a for a in arms if a not in ('multi', 'single')]:
         d, said_all[arm] = answers(runs, arm)
