@@ -15,8 +15,7 @@ RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only',
 MODEL_KEYS = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
               'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
               'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
-              'halt_penalty exit_beta supervise_power consistency': 'x >= 0',
-              'phantom act exit_gate bias': 'any'}
+              'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
 MODEL_RULES = [
     ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them"),
     ('all(d <= sum(loops) for d in supervise)',
@@ -35,8 +34,6 @@ TRAIN_RULES = [
      "the learning rate decays after its warmup: raise --lr_decay_iters past --warmup_iters"),
     ('not decay_lr or min_lr <= learning_rate',
      "min_lr is where the learning rate decays to: give a --min_lr below --learning_rate"),
-    ('supervise or not (curriculum[1] or supervise_power or consistency)',
-     "a curriculum, supervise_power and consistency weigh the supervised depths: add --supervise"),
     ('exit_gate or gate_detached[0] >= gate_detached[1]',
      "gate_detached does nothing without exit_gate: add --exit_gate=True, or drop it"),
     ('not phantom or phantom_steps <= min(loops)',
@@ -58,8 +55,6 @@ KEYS = {
          'learning_rate': 'x > 0',
          'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
          'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
-         'curriculum': "len(x) == 2 and x[0] in ('', 'deep', 'shallow') and type(x[1]) is int"
-                       " and x[1] >= 0",
          'dtype': DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
          'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'},
         MODEL_RULES + TRAIN_RULES),

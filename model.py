@@ -27,8 +27,6 @@ class GPTConfig:
     phantom: bool = False       # backprop only through the last phantom_steps iterations
     phantom_steps: int = 1
     supervise: tuple = ()       # global depths where the loss is also taken (multi-depth)
-    supervise_power: float = 0.0  # depth d's loss weighs d ** power (0: the mean of them all)
-    consistency: float = 0.0    # pulls each supervised depth's prediction toward the last's
     act: bool = False           # per-token ACT halting gate
     halt_penalty: float = 0.01
     exit_gate: bool = False     # a learned exit distribution over the supervised depths (Ouro)
@@ -206,7 +204,6 @@ class GPT(nn.Module):
         self.segments = nn.ModuleList(Loop(c) for _ in c.loops)
         self.coda = nn.ModuleList(Block(c) for _ in range(c.n_coda))
         self.exit_gate = ExitGate(c) if c.exit_gate else None
-        self.curriculum = ''  # 'deep': the last depth's loss alone; 'shallow': all but it
         self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
         self.head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.head.weight = self.wte.weight  # weight tying
@@ -284,14 +281,7 @@ class GPT(nn.Module):
         depths = [d for d in self.config.supervise if d < len(states)]  # (and the last)
         every = [self.readout(states[d - 1]) for d in depths] + [logits]
         losses = {d: self.loss(d_logits, targets) for d, d_logits in zip(depths + [depth], every)}
-        weights = [d ** self.config.supervise_power for d in losses]
-        if self.curriculum == 'deep':  # train.py's curriculum: the last depth alone for a while,
-            weights = [float(d == depth) for d in losses]
-        elif self.curriculum == 'shallow' and depths:  # or the depths before it alone
-            weights = [float(d != depth) for d in losses]
-        loss = sum(w * d_loss for w, d_loss in zip(weights, losses.values())) / sum(weights)
-        if self.config.consistency and depths and self.training:
-            loss = loss + self.config.consistency * self.consistency(every, targets != -1)
+        loss = sum(losses.values()) / len(losses)
         if self.exit_gate is not None and self.training:  # the exit distribution's loss
             nlls = torch.stack([self.loss(d_logits, targets, 'none') for d_logits in every])
             gated = [states[d - 1] for d in depths]
@@ -299,14 +289,6 @@ class GPT(nn.Module):
         if self.config.act:  # ponder: the mean ponder cost per token
             loss = loss + self.config.halt_penalty * ponder
         return loss, losses
-
-    def consistency(self, every, real):
-        """The mean KL from the last depth's next-token distribution (a fixed target: no gradient
-        flows into it) to each supervised depth's before it, per real target."""
-        last = F.log_softmax(every[-1][real].float(), -1).detach()
-        kls = [F.kl_div(F.log_softmax(logits[real].float(), -1), last, reduction='batchmean',
-                        log_target=True) for logits in every[:-1]]
-        return sum(kls) / len(kls)
 
     def readout(self, z, cache=None, check=None):
         """coda + final LN + head: the logits if the loop stops at z. check: (segment, i) for

@@ -45,10 +45,6 @@ halt_penalty = 0.01
 exit_gate = False  # a learned exit distribution over the supervised depths (Ouro)
 exit_beta = 0.05  # its entropy bonus, which keeps the distribution from collapsing
 gate_detached = (0, 0)  # (a, b): at steps a <= iter < b the exit gate reads detached states
-supervise_power = 0.0  # depth d's loss weighs d ** power (0: the mean of the depths' losses)
-consistency = 0.0  # a KL pulling each supervised depth's prediction toward the last depth's
-curriculum = ('', 0)  # ('deep', n): the last depth alone supervised for n steps, then all of them;
-# ('shallow', n): the depths before the last alone for n steps
 dropout = 0.0
 bias = False
 sft_pad = True  # SFT data: train the pad targets after the answer too (the study's "grid" SFT)
@@ -235,7 +231,6 @@ while iter_num < max_iters:
     torch.manual_seed(step_seed(1, rank))  # dropout: each rank its own
     # the global batch: gradient_accumulation_steps rows of positions; this rank's share
     ix = draw(train_data, (gradient_accumulation_steps, batch_size), gen)
-    raw_model.curriculum = curriculum[0] if iter_num < curriculum[1] else ''
     if raw_model.exit_gate is not None:  # in the window, the gate's gradient stops at the gate
         raw_model.exit_gate.detached = gate_detached[0] <= iter_num < gate_detached[1]
     loss_sum = torch.zeros((), device=device)

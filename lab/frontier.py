@@ -67,13 +67,7 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
        for name, config, args in CONFIRM},
     **{f'{name}-wide': ([config, *SCHEDULE, *[a.format(750) for a in args], *WIDE], None)
        for name, config, args in CONFIRM},
-    # issue 50: multi-depth supervision weighted toward the deep depths (the loss at depth d
-    # weighs d ** p), in a curriculum (375 steps of the last depth alone, or of all but it), or
-    # with a consistency loss toward the last depth's prediction (its weight)
-    **{f'weighted-{p}': pt('multi', f'--supervise_power={p}') for p in (1, 2)},
-    **{f'{kind}-first': pt('multi', f"--curriculum=('{kind}',375)")
-       for kind in ('deep', 'shallow')},
-    **{f'consist-{w}': pt('multi', f'--consistency={w}') for w in (0.1, 1, 10)},
+    # (issue 50's variants of multi-depth supervision ran at 0530f8b: results/depthsup)
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
@@ -578,8 +572,9 @@ def tuning(runs):
     as the base); and the trade-off law at each setting that single and multi both ran."""
     base = lambda n: n.partition('+')[0]
     steps = lambda n: next((s for s in ('-1500', '-wide') if base(n).endswith(s)), '')
+    order = {name: i for i, name in enumerate(MODELS)}  # (a model whose code left: last)
     arms = sorted([n for n in runs if '+' in n and runs[n]],
-                  key=lambda n: (list(MODELS).index(base(n)), n))
+                  key=lambda n: (order.get(base(n), len(order)), n))
     bases = [n for n in dict.fromkeys(map(base, arms)) if runs.get(n)]
     ks = [1, 12]
     rows = [[n, len(runs[n]), *[cell(runs, n, at(k)) for k in ks]] for n in bases + arms]

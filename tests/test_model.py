@@ -366,46 +366,6 @@ def test_multi_depth_supervision_one_segment():
     assert set(plain(idx, tgt)[2]['losses']) == {4}
 
 
-def test_weighted_and_curriculum_supervision_weigh_the_depths_losses():
-    """Issue 50's variants: supervise_power p weighs depth d's loss d ** p; a curriculum takes the
-    last depth's loss alone ('deep') or the others' mean ('shallow'); the losses themselves are
-    multi's."""
-    idx, tgt = batch()
-    losses = peaky(loops=(4,), supervise=(1, 2), alpha_init=0.5)(idx, tgt)[2]['losses']
-    assert max(losses.values()) - min(losses.values()) > 1e-3  # far enough apart to tell weights
-    m = peaky(loops=(4,), supervise=(1, 2), alpha_init=0.5, supervise_power=2.0)
-    _, loss, info = m(idx, tgt)
-    assert all(torch.equal(info['losses'][d], losses[d]) for d in losses)
-    want = (1 * losses[1] + 4 * losses[2] + 16 * losses[4]) / 21
-    assert loss.item() == pytest.approx(want.item(), abs=1e-6)
-    m.curriculum = 'deep'
-    assert m(idx, tgt)[1].item() == pytest.approx(losses[4].item(), abs=1e-6)
-    m.curriculum = 'shallow'
-    assert m(idx, tgt)[1].item() == pytest.approx((losses[1] + losses[2]).item() / 2, abs=1e-6)
-
-
-def test_consistency_adds_the_kl_toward_the_last_depth_and_no_gradient_into_it():
-    idx, tgt = batch()
-    plain = peaky(loops=(4,), supervise=(1, 2), alpha_init=0.5)
-    m = peaky(loops=(4,), supervise=(1, 2), alpha_init=0.5, consistency=0.5)
-    with torch.no_grad():  # (the tied block's weights x10: the depths' predictions far apart)
-        for model in (plain, m):
-            for p in model.segments[0].block.parameters():
-                p.mul_(10 if p.dim() >= 2 else 1)
-        z1 = step(m.segments[0], embed(m, idx))
-        z2 = step(m.segments[0], z1)
-        last = F.log_softmax(m(idx)[0], -1)
-        kl = [F.kl_div(F.log_softmax(m.readout(z), -1), last, reduction='none', log_target=True)
-              .sum(-1).mean() for z in (z1, z2)]
-    gap = m(idx, tgt)[1] - plain(idx, tgt)[1]
-    assert kl[0] > 1e-3 and gap.item() == pytest.approx(0.5 * (kl[0] + kl[1]).item() / 2, rel=1e-4)
-    m.eval()  # (a val loss is the depths' NLL alone)
-    assert m(idx, tgt)[1].item() == pytest.approx(plain(idx, tgt)[1].item(), abs=1e-6)
-    every = [torch.randn(2, 8, V, requires_grad=True) for _ in range(3)]
-    m.consistency(every, torch.ones(2, 8, dtype=torch.bool)).backward()
-    assert every[-1].grad is None and every[0].grad.abs().sum() > 0
-
-
 def test_multi_depth_supervision_across_segments():
     """Depths 1 and 3 of (2, 2), counted across the segments, and the last: the loss is their losses' mean. The tied
     blocks' weights x10 make the depths' losses far apart, so that a wrong depth or a wrong mean shows."""

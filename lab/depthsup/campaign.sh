@@ -5,6 +5,10 @@
 # (results/depthsup/verdict.md) and checks that multi and single trained here measure exactly as
 # issue 48's campaign's (results/noise, at 7317180). Run from the repository root with
 # data/topics_byte prepared (about 28 runs at 2 jobs of one thread: about 2.5 hours on 2 cores).
+# The variants left the code after it (RESULTS.md, "Weighted, curriculum and consistency
+# multi-depth supervision"): to rerun one, check out 0530f8b, prepare data/topics_byte and
+# data/sft_byte there, and run from its root, e.g. python lab/frontier.py --seeds="(9,)"
+# --models=weighted-2+w100+lr4.5e-3 --results=out-x --runs=out-x/runs (multi and single run here).
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
 run() { python lab/frontier.py --results=results/depthsup --runs=runs-depthsup --jobs=2 "$@"; }
