@@ -62,6 +62,7 @@ def execute(argv, cwd, env, out, err):
     os.environ.clear()
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # python's own: KeyboardInterrupt
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as from a terminal, even if the suite ran nohup
     status, by_signal = 0, None
     try:
         if argv[0] == '-c':
