@@ -18,20 +18,11 @@ FAMILIES = {'weighted': ['weighted-1', 'weighted-2'], 'curriculum': ['deep-first
             'consistency': ['consist-0.1', 'consist-1', 'consist-10']}
 BASES = ['multi', 'single']
 
-def past(run):  # val NLL at twice the trained depth (k=24); nan where the run lacks it
-    return run['val']['past'][0]['nll'] if 'past' in run['val'] else float('nan')
+def past(run):  # val NLL at twice the trained depth (k=24)
+    return run['val']['past'][0]['nll']
 
-def measured(values):  # the values of the seeds that measured it (issue 48's runs lack k=24)
-    return [v for v in values if v == v]
-
-def maxprob_rows(runs, name):
-    """The frozen maxprob exit against the model's own uniform depth at equal FLOPs."""
-    return fr.policy_rows(runs, name, 'frozen maxprob')
-
-def past_cell(per_seed, minus=lambda run: 0):  # k=24 (minus ...) where measured, and on how many
-    values = measured([past(r) - minus(r) for r in per_seed.values()])
-    some = f" ({len(values)} of {len(per_seed)} seeds)" if len(values) < len(per_seed) else ''
-    return fr.pm(values) + some
+def past_gain(run):  # k=24 minus k=12: does NLL go on falling past the trained depth?
+    return past(run) - fr.at(12)(run)
 
 def screen(runs):
     arms = [a for a in BASES + sum(FAMILIES.values(), []) if 1 in runs.get(f'{a}+{TUNED}', {})]
@@ -52,7 +43,7 @@ def answers(runs, arm):
     d = {'multi: NLL at k=12': fr.paired(runs, a, m, fr.at(12)),
          'multi: the k=1 penalty': fr.paired(runs, a, m, fr.k1_penalty),
          'multi: NLL at k=1': fr.paired(runs, a, m, fr.at(1)),
-         'multi: NLL at k=24': measured(fr.paired(runs, a, m, past)),
+         'multi: NLL at k=24': fr.paired(runs, a, m, past),
          'single: NLL at k=12': fr.paired(runs, a, s, fr.at(12))}
     finding = lambda diffs, sign: fr.verdict(diffs).startswith('**') and sign * fr.stats(
         diffs)[0] > 0
@@ -92,15 +83,14 @@ def main():
              "## The picks beside multi and single, paired by seed\n",
              fr.table(['arm', 'seeds', 'k=1', 'k=12', 'k=24', 'k=24 minus k=12', 'k=1 penalty'],
                       [[a, seeds[a], *[fr.cell(runs, f'{a}+{TUNED}', v) for v in
-                                       (fr.at(1), fr.at(12))], past_cell(runs[f'{a}+{TUNED}']),
-                        past_cell(runs[f'{a}+{TUNED}'], fr.at(12)),
+                                       (fr.at(1), fr.at(12), past, past_gain)],
                         fr.cell(runs, f'{a}+{TUNED}', fr.k1_penalty)] for a in arms])]
     m, s = f'multi+{TUNED}', f'single+{TUNED}'
     lines += ["### single minus multi: the trade-off at these settings\n", fr.differences(
         [(f"single minus multi: {what}", fr.paired(runs, s, m, value)) for what, value in
          (('NLL at k=12', fr.at(12)), ('the k=1 penalty', fr.k1_penalty),
           ('NLL at k=1', fr.at(1)))] + [("single minus multi: NLL at k=24",
-                                         measured(fr.paired(runs, s, m, past)))])]
+                                         fr.paired(runs, s, m, past))])]
     said_all = {}
     for arm in [a for a in arms if a not in ('multi', 'single')]:
         d, said_all[arm] = answers(runs, arm)
@@ -109,8 +99,8 @@ def main():
               "Each threshold's NLL minus the model's own fixed-depth curve at that compute "
               "(< 0: the exit beats uniform depth).\n",
               fr.table(['model', 'policy', 't', 'MFLOPs/token', 'depth', 'NLL', 'minus uniform',
-                        'verdict'], [row for a in arms
-                                     for row in maxprob_rows(runs, f'{a}+{TUNED}')])]
+                        'verdict'], [row for a in arms for row in
+                                     fr.policy_rows(runs, f'{a}+{TUNED}', 'frozen maxprob')])]
     if said_all:
         lines += ["## The answers, by the rule\n",
                   fr.table(['arm', *next(iter(said_all.values()))],
