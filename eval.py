@@ -154,8 +154,8 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one mode
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
     data_dir = 'data/' + (dataset or own).removesuffix('_byte') + '_byte' * own.endswith('_byte')
     meta, val = load_meta(data_dir), load_tokens(data_dir, 'val')
-    guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, 0, exit_kind,
-                      thresholds)  # (0: the paper's suffix, eval.py has no --suffix_start)
+    guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, exit_kind,
+                      thresholds)
     # eval.json on the model's own data; eval_<data>.json on other data (each kept)
     name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
     guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir')

@@ -107,9 +107,8 @@ def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one en
         return print("stopped (Ctrl-C)", file=sys.stderr)
     where = os.path.basename(traceback.extract_tb(tb)[-1].filename) if tb else ''
     if kind.__name__ == 'OutOfMemoryError' or "can't allocate memory" in str(err):
-        size = re.search(r'[Tt]ried to allocate [\d.]+ \w+', str(err))
-        fix = 'lower --batch_size' if 'batch_size' in script_keys else 'use a smaller model'
-        err = f"out of memory ({size and size[0]}): {fix}"
+        err = "out of memory: " + ('lower --batch_size' if 'batch_size' in script_keys
+                                   else 'use a smaller model')
     elif issubclass(kind, OSError) and err.filename is not None:  # a file the OS refused
         err = f"cannot use {err.filename}: {err.strerror}"
     elif not (issubclass(kind, InputError)  # (or a ValueError of model.py or decode.py: bad input)
@@ -149,10 +148,8 @@ def run_config(path, into):  # configurator.py: a config file (Python, as nanoGP
     try:
         exec(compile(text, path, 'exec'), into)
     except (Exception, SystemExit) as e:  # the config file's own error: name the file and its line
-        if isinstance(e, InputError):  # (an include()'s)
-            raise
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-        line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
+        line = e.lineno if isinstance(e, SyntaxError) else lines[-1]
         why = ("calls sys.exit: a config file only sets keys" if isinstance(e, SystemExit)
                else f"{type(e).__name__}: {e}")
         raise InputError(f"config file '{path}', line {line}: {why}") from None
@@ -316,11 +313,8 @@ def check_blocks(path, n, T):  # a token stream (path) of n tokens, cut into row
         raise InputError(f"{path} has {n:,} tokens, too few for block_size {T}: lower --block_size,"
                          " or prepare more data")
 
-def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, suffix_start, exit_kind,
-               thresholds):  # eval.py: one model's settings against it and its data
-    if suffix_start >= T:
-        raise InputError(f"--suffix_start={suffix_start}: use 1..{T - 1} (below the block size "
-                         f"{T}), or 0 for the default")
+def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, exit_kind, thresholds):
+    # eval.py: one model's settings against it and its data
     given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
     check_exits(given, (exit_kind or thresholds) and model.config, f"the model in {out_dir}")
     check_start(ckpt, meta, data_dir, T)
@@ -354,25 +348,15 @@ def check_run(config, defaults):  # train.py's settings, merged with a run's -> 
                          f"{world} processes: give a multiple of {world}")
     return get_device(config['device'])
 
-def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num, ckpt):  # s: settings
-    T, row, master = s['block_size'], meta['row'], os.environ.get('RANK', '0') == '0'
-    if row and T + 1 != row and 'block_size' in given:  # SFT: the rows set block_size
-        raise InputError(f"--block_size={T}: {data_dir} holds SFT rows of {row} tokens: drop it, "
-                         f"or prepare rows of {T + 1} (prepare.py --block_size={T + 1})")
-    if row and T + 1 != row and master:
+def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  # s: settings
+    T, row = s['block_size'], meta['row']
+    if row and T + 1 != row and os.environ.get('RANK', '0') == '0':  # SFT: the rows set it
         print(f"block_size = {row - 1}: {data_dir} holds SFT rows of {row} tokens")
     T = row - 1 if row else T
     if ckpt:  # resuming or fine-tuning: the trained model against this data
         check_start(ckpt, meta, data_dir, T)
     for name, data in (('train', train_data), ('val', val_data)) if not row else ():
         check_blocks(f"{data_dir}/{name}.bin", len(data), T)
-    if (tokens := s['batch_size'] * T) > train_data.size:  # (a typo? it would fill the memory)
-        raise InputError(f"--batch_size={s['batch_size']}: a batch of {tokens:,} tokens is more "
-                         f"than {data_dir}/train.bin holds ({train_data.size:,}): lower it")
-    per_iter = s['gradient_accumulation_steps'] * tokens  # repeating the data overfits it:
-    if (epochs := s['max_iters'] * per_iter / train_data.size) > 1 and master:
-        print(f"warning: {s['max_iters']} iterations of {per_iter:,} tokens make {epochs:.1f} "
-              f"epochs over {data_dir}/train.bin ({train_data.size:,} tokens): see README Configs")
     path, tune = os.path.join(s['out_dir'], 'ckpt.pt'), s['init_from']
     if tune != 'resume' and os.path.exists(path) and not s['overwrite']:  # never by accident
         own = tune != 'scratch' and os.path.samefile(tune, s['out_dir'])  # (a fine-tune of it)
@@ -384,16 +368,13 @@ def check_train_data(s, given, meta, data_dir, train_data, val_data, iter_num, c
         at = f"{path} is at iter {iter_num} and " if tune == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
-def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
+def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path):  # train.py: diverged?
     if not math.isfinite(lossf):
-        given = ' '.join(typed(k, s[k]) for k in sorted(given) if type(s[k]) is float)
         raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
-                         f"alphas {alphas}. Lower --learning_rate or --alpha_init"
-                         f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "
-                         "overwritten.")
+                         f"alphas {alphas}. Lower --learning_rate or --alpha_init; {ckpt_path} was "
+                         "not overwritten.")
 
 def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops if a run dies
-    made = not os.path.isdir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     f = open(os.path.join(out_dir, 'train.lock'), 'w')
     try:
@@ -401,11 +382,7 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
     except BlockingIOError:
         raise InputError(f"another training run is writing to {out_dir}: wait for it to finish, "
                          "or pick another --out_dir") from None
-    def unlock():  # the run ends: its lock file goes, and an out_dir it made but left empty
-        os.remove(os.path.join(out_dir, 'train.lock'))
-        if made and not os.listdir(out_dir):
-            os.rmdir(out_dir)
-    atexit.register(unlock)
+    atexit.register(os.remove, f.name)  # the run ends: its lock file goes
     return f
 
 def ran_on():  # -> where a run runs: commit ('+': the tree differs), torch, CPU, threads
@@ -496,27 +473,8 @@ def written(path, mode='w'):  # -> saving's file, open to write
     with saving(path) as tmp, open(tmp, mode, encoding=None if 'b' in mode else 'utf-8') as f:
         yield f
 
-@contextmanager
-def replaced(path):  # -> a folder to build in; done, it replaces path whole; else path stays
-    new, old = (f"{path}.{what}.{os.getpid()}" for what in ('new', 'old'))
-    os.makedirs(new, exist_ok=True)
-    try:
-        yield new
-        if os.path.exists(path):
-            os.rename(path, old)
-        os.rename(new, path)
-    finally:  # (stopped between the two renames: the old folder goes back)
-        if os.path.exists(old) and not os.path.exists(path):
-            os.rename(old, path)
-        for folder in (new, old):
-            shutil.rmtree(folder, ignore_errors=True)
-
-def check_prepared(out_dir, train, held, sft_block):  # prepare.py: never a worse dataset
-    size, old = sum(part.nbytes for part in train), os.path.join(out_dir, 'train.bin')
-    if os.path.exists(old) and size < os.path.getsize(old) / 2:  # never for much less data
-        raise InputError(f"{old} would shrink from {os.path.getsize(old):,} to {size:,} bytes: "
-                         f"it is kept; check the settings, or remove {out_dir} to replace it")
-    if not (held and train):  # (eval.py needs held-out documents)
+def check_prepared(out_dir, train, held, sft_block):  # prepare.py: eval.py needs held-out docs
+    if not (held and train):
         raise InputError(f"no {'training' if held else 'held-out'} documents left for {out_dir}"
                          + f": raise --block_size={sft_block}" * bool(sft_block))
 

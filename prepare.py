@@ -3,8 +3,8 @@ data/<dataset>_byte/ (bytes): train.bin, val.bin (token ids, EOT ends each docum
 meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers and formats.
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, io, itertools, json, os, pathlib, random, re, zipfile, zlib
-from contextlib import suppress
-from guards import InputError, check_output, check_prepared, replaced, written
+from contextlib import ExitStack, suppress
+from guards import InputError, check_output, check_prepared, written
 import numpy as np
 
 dataset = 'topics'  # topics: code, math, dialogue, news, poetry
@@ -282,19 +282,20 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
 
 def main():
     out_dir = os.path.join(data_root, dataset + '_byte' * (tokenizer == 'byte'))  # topics_byte
-    check_output(out_dir + '.new', 'data_root', folder=True)  # (.new: built beside, swapped in)
-    with replaced(out_dir) as new:  # stopped or failed, out_dir stays as it was
-        eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
-        check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
-        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
-                    row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
-        lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
-        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
-                 'meta.json': [json.dumps(meta, indent=2).encode()]}
-        for name, parts in files.items():
-            with written(os.path.join(new, name), 'wb') as f:
-                f.writelines(parts)  # bytes or token arrays (a shard: memory-mapped)
-                print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
+    check_output(out_dir, 'data_root', folder=True)
+    eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
+    check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
+    meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
+                row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
+    lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
+    files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
+             'meta.json': [json.dumps(meta, indent=2).encode()]}
+    os.makedirs(out_dir, exist_ok=True)
+    with ExitStack() as written_all:  # each file whole before any replaces its old one: stopped
+        for name, parts in files.items():  # or failed, the folder's files stay as they were
+            f = written_all.enter_context(written(os.path.join(out_dir, name), 'wb'))
+            f.writelines(parts)  # bytes or token arrays (a shard: memory-mapped)
+            print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 
 if __name__ == '__main__':
     exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())

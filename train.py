@@ -101,7 +101,7 @@ data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
 train_data = load_tokens(data_dir, 'train')
 val_data = load_tokens(data_dir, 'val')
-guards.check_train_data(config, given, meta, data_dir, train_data, val_data, iter_num, ckpt)
+guards.check_train_data(config, meta, data_dir, train_data, val_data, iter_num, ckpt)
 if meta['row']:  # SFT data: whole rows of prompt, answer, padding; a row is block_size + 1 tokens
     block_size = meta['row'] - 1
     train_data, val_data = (data.reshape(-1, meta['row']) for data in (train_data, val_data))
@@ -247,7 +247,7 @@ while iter_num < max_iters:
     if ddp:  # every rank must see a NaN, or the others would hang
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
-    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
+    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
         # gate) must not scale down the language model's whole step
         for group in clip_groups:

@@ -96,9 +96,6 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
                                  ['--models=singel', 'no model singel', 'single, multi', 'e.g. --models=']),
     'resume_out_dir_typo': (lambda d: [save_model(d / n) for n in ('out-smoke', 'out-act')],
                             (*TRAIN, '--out_dir=out-smok', '--init_from=resume'), ['--out_dir=out-smoke']),
-    'sft_block_size_not_the_rows': (make_sft, (*TRAIN, '--dataset=sft_byte', '--block_size=64'),
-                                    ['--block_size=64', f'rows of {ROW} tokens', 'drop it',
-                                     '--block_size=65']),
     'out_dir_a_dangling_link': (lambda d: os.symlink(d / 'nowhere', d / 'out-link'),
                                 (*TRAIN, '--out_dir=out-link'), ['cannot write out-link: File exists', '--out_dir']),
     'checkpoint_with_an_unknown_model_arg': (lambda d: edit_ckpt(d, lambda c: c['model_args'].update(n_layer=6)),
@@ -125,8 +122,6 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
         {'ln_f.weight': torch.ones(3)})), SAMPLE, ['out/ckpt.pt', 'ln_f.weight', 'shape']),
     'out_dir_the_checkpoint_file': (None, (*SAMPLE, '--out_dir=out/ckpt.pt'),
                                     ['no checkpoint at out/ckpt.pt/ckpt.pt', 'found out/ckpt.pt', '--out_dir=out']),
-    'a_batch_larger_than_the_data': (None, (*TRAIN, '--batch_size=99999999'),
-                                     ['--batch_size=99999999', 'train.bin holds', 'lower it']),
     'bench_estimate_of_no_config': (None, ('bench.py', '--estimate=v3,v99'),
                                     ['--estimate=v99', 'no config/v99.py', 'e.g. --estimate=v3']),
     'frontier_a_seed_twice': (None, ('lab/frontier.py', '--seeds=(1,1)'),
@@ -231,8 +226,7 @@ def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
     finally:
         sys.excepthook, sys.argv = old_hook, old_argv
     lines = capsys.readouterr().err.splitlines()
-    assert lines == ['error: out of memory (tried to allocate 140737488355328 bytes): lower --batch_size',
-                     'error: out of memory (Tried to allocate 20.00 GiB): lower --batch_size']
+    assert lines == ['error: out of memory: lower --batch_size'] * 2
 
 
 def test_a_checkpoint_of_another_version_names_the_keys(tmp_path):
@@ -244,7 +238,7 @@ def test_a_checkpoint_of_another_version_names_the_keys(tmp_path):
         load_checkpoint(str(tmp_path / 'ckpt.pt'), GPT.from_checkpoint)
 
 
-# ---------------------------------------------------------------- data folders: checked; never replaced by a worse one
+# ---------------------------------------------------------------- data folders: checked; never half-replaced
 @pytest.fixture
 def old_sft(tmp_path, monkeypatch):
     """data/sft_byte as an earlier prepare.py left it, and prepare's settings for a re-prepare of it."""
@@ -252,16 +246,6 @@ def old_sft(tmp_path, monkeypatch):
     for key, value in dict(dataset='sft', tokenizer='byte', data_root=str(tmp_path / 'data'), block_size=16).items():
         monkeypatch.setattr(prepare, key, value)
     return d
-
-
-def test_a_prepare_that_drops_most_samples_keeps_the_old_data(old_sft, monkeypatch):
-    """prepare.py --dataset=sft --tokenizer=byte --block_size=16 used to drop 92,491 of 92,546 samples and exit 0."""
-    before = files(old_sft)
-    pairs = [('a question of some length', 'and its answer')] * 20 + [('hi', 'yo')] * 3
-    monkeypatch.setattr(prepare, 'sft_split', lambda: ([('chat', ('hi', 'yo'))], pairs))
-    with pytest.raises(InputError, match=r'sft_byte/train.bin would shrink from 990 to 64 bytes: it is kept'):
-        prepare.main()
-    assert files(old_sft) == before and os.listdir(old_sft.parent) == ['sft_byte']
 
 
 def test_a_prepare_without_held_out_documents_keeps_the_old_data(old_sft, monkeypatch):
@@ -273,35 +257,32 @@ def test_a_prepare_without_held_out_documents_keeps_the_old_data(old_sft, monkey
 
 
 def test_a_reprepare_into_a_folder_it_cannot_write_is_one_line(tmp_path, monkeypatch):
-    """data/ read-only, its data/topics_byte (an earlier prepare's) writable: the new folder, built beside the old
-    one, cannot be made. It used to be a PermissionError traceback. (Root may write to any folder whatever its
-    mode: for root, a read-only tmpfs with a writable one mounted inside.)"""
-    data, old = tmp_path / 'data', tmp_path / 'data' / 'topics_byte'
+    """data/topics_byte (an earlier prepare's) read-only: it used to be a PermissionError traceback. (Root may
+    write to any folder whatever its mode: for root, a read-only tmpfs mounted there.)"""
+    old = tmp_path / 'data' / 'topics_byte'
     old.mkdir(parents=True)
     mounted = []
     if os.geteuid() == 0:
         mount = lambda *args: subprocess.run(['mount', *args], capture_output=True).returncode == 0
-        for folder in (data, old):
-            if not mount('-t', 'tmpfs', 'tmpfs', str(folder)):
-                pytest.skip('no read-only folder here: root, and mount is not allowed')
-            mounted.insert(0, folder)
-            old.mkdir(exist_ok=True)
+        if not mount('-t', 'tmpfs', 'tmpfs', str(old)):
+            pytest.skip('no read-only folder here: root, and mount is not allowed')
+        mounted.append(old)
         (old / 'meta.json').write_text(json.dumps(META))
-        assert mount('-o', 'remount,ro', str(data))
+        assert mount('-o', 'remount,ro', str(old))
     else:
         (old / 'meta.json').write_text(json.dumps(META))
-        data.chmod(0o555)
+        old.chmod(0o555)
     try:
-        monkeypatch.setattr(prepare, 'data_root', str(data))
+        monkeypatch.setattr(prepare, 'data_root', str(tmp_path / 'data'))
         monkeypatch.setattr(prepare, 'tokenizer', 'byte')
-        with pytest.raises(InputError, match=r'cannot write .*topics_byte.new: (Read-only file system|Permission '
-                                             r'denied): give another --data_root'):
+        with pytest.raises(InputError, match=r'cannot write .*topics_byte: (Read-only file system|Permission '
+                                             r'denied) .*probe.tmp.*: give another --data_root'):
             prepare.main()
-        assert json.loads((old / 'meta.json').read_text()) == META
+        assert json.loads((old / 'meta.json').read_text()) == META and os.listdir(old) == ['meta.json']
     finally:
         for folder in mounted:
             subprocess.run(['umount', str(folder)])
-        data.chmod(0o755)
+        old.chmod(0o755)
 
 
 # ---------------------------------------------------------------- resume: every documented form, bitwise

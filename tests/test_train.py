@@ -37,18 +37,6 @@ def test_configurator_errors_and_accepted_values(job):
     assert re.search(r'^iter 0: train loss \d+\.\d+, val loss \d+\.\d+$', out, re.M)
 
 
-def test_a_schedule_longer_than_the_data_is_warned_about(jobs, tmp_path):
-    """TINY keeps the default max_iters=39695 of 4 x 32 tokens: many epochs over the tiny train.bin."""
-    accepted = jobs['test_configurator_errors_and_accepted_values'][3]
-    n = (make_data(tmp_path) / 'train.bin').stat().st_size // 2  # the same data as the job's
-    epochs = 39695 * 4 * 32 / n
-    assert epochs > 100
-    want = f"warning: 39695 iterations of 128 tokens make {epochs:.1f} epochs over data/tiny/train.bin"
-    assert f"{want} ({n:,} tokens)" in ok(accepted)
-    r, _ = jobs['test_v13_config_starts_training']  # 1 iteration of 32 tokens: less than one epoch
-    assert 'epochs over' not in ok(r)
-
-
 # ---------------------------------------------------------------- prepare -> train -> resume -> sample
 SPEAKERS = ['ROMEO', 'JULIET', 'NURSE', 'MERCUTIO', 'TYBALT', 'BENVOLIO']
 
