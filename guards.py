@@ -210,7 +210,6 @@ def check_output(path, key, folder=False):  # before any work: make what path wi
     while where and not os.path.lexists(where):  # new: the first folder it makes
         where, new = os.path.dirname(where), where
     probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
-    existed = os.path.lexists(probe)
     try:  # a file where a folder belongs, a read-only disk, a name too long, ...: the OS says
         if os.path.isdir(path) and not folder:  # (a file's rename onto a folder would fail)
             raise IsADirectoryError(21, 'Is a directory', path)
@@ -219,7 +218,7 @@ def check_output(path, key, folder=False):  # before any work: make what path wi
     except OSError as e:
         raise refused(path, e, f"give another --{key}") from None
     finally:  # nothing is left of the probe
-        if not existed and os.path.isfile(probe):
+        if os.path.isfile(probe):
             os.remove(probe)
         if new:
             shutil.rmtree(new, ignore_errors=True)
@@ -404,7 +403,7 @@ class Progress:  # a long loop says how far it is, every 5 s: progress(text) at 
             print(text, file=self.file, flush=True)
             self.t0 = time.time()
 
-class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed stdout ask to stop: finish the step, save, exit
+class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish the step, save, exit
     def __init__(self, ckpt_path, master):  # (asked again: stop at once)
         self.signals, self.ckpt_path, self.master, self.out = [], ckpt_path, master, sys.stdout
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -412,11 +411,11 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed stdout ask to stop: finish th
                 signal.signal(signum, self.request)
         sys.stdout = self  # what the run prints goes through write, below
 
-    def write(self, text):  # a closed stdout (| head) asks to stop, as a closed terminal does
+    def write(self, text):  # a stdout that fails (| head closed, a terminal gone) asks to stop
         try:
             self.out.write(text)
             self.out.flush()  # (at once: a closed pipe is met now, not when the run ends)
-        except BrokenPipeError:
+        except OSError:
             os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # (what is left to print goes nowhere)
             if not self.signals:  # (Ctrl-C in `| tee` ends tee too: that is not a second ask)
                 self.request(signal.SIGPIPE, None)
@@ -428,12 +427,9 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a closed stdout ask to stop: finish th
         self.signals.append(signum)
         if len(self.signals) > 1:
             raise SystemExit(f"stopped at once; {self.ckpt_path} holds the last saved checkpoint")
-        with suppress(OSError):  # (a closed terminal cannot be written to: it saves all the same)
-            if self.master:
-                print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
-                      f"with  {resume_command()}  (again: stop at once)", flush=True)
-        if signum == signal.SIGHUP:  # (the terminal is gone: what the run prints goes nowhere)
-            sys.stdout = sys.stderr = open(os.devnull, 'w')
+        if self.master:  # (to a terminal that is gone: write, above, sends it nowhere)
+            print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
+                  f"with  {resume_command()}  (again: stop at once)")
 
     def asked(self, ddp, device):  # by any process? (all must agree, or the others would hang)
         import torch
