@@ -2,9 +2,7 @@
 Depth maps: each token coloured by how many loop iterations it got, in a terminal (sample.py
 --show_depth=True) and as an HTML page (eval.py --html=map.html).
 """
-import os
 from html import escape as esc
-from prepare import pieces
 
 palette = [21, 27, 33, 39, 45, 51, 50, 49, 48, 82, 118, 154, 190, 226, 220, 214, 208, 202, 196]
 
@@ -20,6 +18,14 @@ def span(text, depth, max_depth):  # the same in HTML, escaped: blue (no loop) t
 def legend(max_depth):  # the terminal map's key: the shallowest, a middle and the deepest colour
     shown = sorted({1, (1 + max_depth) // 2, max_depth})
     return 'loop depth: ' + " ".join(paint(f" {d} ", d, max_depth) for d in shown)
+
+def pieces(ids, decode):
+    """-> [(text, i, j)]: runs ids[i:j], each grown until it decodes whole ('£' is 2 bytes)."""
+    out, i = [], 0
+    for j in range(1, len(ids) + 1):
+        if j == len(ids) or decode(ids[i:j + 1]) == decode(ids[i:j]) + decode(ids[j:j + 1]):
+            out, i = out + [(decode(ids[i:j]), i, j)], j
+    return out
 
 def painted(ids, depth, decode, max_depth, paint=paint):
     """The tokens ids as text, each character painted by its token's depth (depth (N,)): a
@@ -37,6 +43,5 @@ def write_html(path, docs, tokens, depth, decode, what):
     for doc, toks, row in zip(docs, tokens, depth):  # (the first token is predicted by nothing)
         spans = esc(decode(toks[:1])) + painted(toks[1:len(row) + 1], row, decode, hi, span)
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     with open(path, 'w', encoding='utf-8') as f:
         f.write('\n'.join(page) + '</body>\n')

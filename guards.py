@@ -446,6 +446,7 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish th
 def saving(path, what=''):  # every file a script writes: path.tmp beside it to write, and once
     tmp = path + '.tmp'  # it is whole: fsynced, renamed to path. Else path is left as it was
     try:
+        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)  # (its folder, if new)
         yield tmp
         fd = os.open(tmp, os.O_RDONLY)
         os.fsync(fd)  # (on disk before the rename: a power loss leaves the old file or the new)

@@ -45,14 +45,6 @@ def get_tokenizer(name):  # -> (encode, decode, eot); vocab_size is eot + 1
                          + " or use --tokenizer=byte" * (__name__ == '__main__')) from None
     return enc.encode_ordinary, lambda ids: enc.decode(list(map(int, ids))), enc.eot_token
 
-def pieces(ids, decode):
-    """-> [(text, i, j)]: runs ids[i:j], each grown until it decodes whole ('£' is 2 bytes)."""
-    out, i = [], 0
-    for j in range(1, len(ids) + 1):
-        if j == len(ids) or decode(ids[i:j + 1]) == decode(ids[i:j]) + decode(ids[j:j + 1]):
-            out, i = out + [(decode(ids[i:j]), i, j)], j
-    return out
-
 def token_rows(data, starts, T):  # -> (len(starts), T) int64
     return np.stack([data[i:i + T] for i in starts]).astype(np.int64)
 
@@ -290,7 +282,6 @@ def main():
     lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
     files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
              'meta.json': [json.dumps(meta, indent=2).encode()]}
-    os.makedirs(out_dir, exist_ok=True)
     with ExitStack() as written_all:  # each file whole before any replaces its old one: stopped
         for name, parts in files.items():  # or failed, the folder's files stay as they were
             f = written_all.enter_context(written(os.path.join(out_dir, name), 'wb'))

@@ -12,6 +12,7 @@ sys.path.insert(0, REPO)
 import harness
 import guards
 import prepare
+import depthmap
 
 # ---------------------------------------------------------------- fixture sources, in real formats
 ALPACA = [{'instruction': f'Write function f{i}.', 'input': 'n = 3' if i % 2 else '',
@@ -293,9 +294,9 @@ def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
 def test_pieces_decode_a_character_of_several_tokens_whole():
     encode, decode, eot = prepare.get_tokenizer('byte')
     ids = encode('a£b日') + [eot] + [0xe6, 0x97]  # '£': 2 bytes, '日': 3; a cut character at the end
-    assert prepare.pieces(ids, decode) == [('a', 0, 1), ('£', 1, 3), ('b', 3, 4), ('日', 4, 7),
+    assert depthmap.pieces(ids, decode) == [('a', 0, 1), ('£', 1, 3), ('b', 3, 4), ('日', 4, 7),
                                            ('<|endoftext|>', 7, 8), ('\ufffd', 8, 10)]
-    runs = prepare.pieces([0xff, 0xff, 0x61], decode)  # bytes that are not UTF-8: each alone
+    runs = depthmap.pieces([0xff, 0xff, 0x61], decode)  # bytes that are not UTF-8: each alone
     assert [j - i for _, i, j in runs] == [1, 1, 1]
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
