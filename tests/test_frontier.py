@@ -316,3 +316,25 @@ def test_tuned_arms_pair_within_their_schedule_and_ask_the_tradeoff_law_again():
     assert 'exit-10-early+w100 minus multi-1500+w100' not in page  # 750 steps against 1,500
     # single's k=1 penalty 0.20, multi's 0.01 (at the same settings): the law, 0.190 at every seed
     assert 'single+w100 minus multi+w100: the k=1 penalty | 0.190' in page
+
+
+def test_a_lab_measurement_never_writes_over_a_committed_page(tmp_path):
+    """compile_step.py times train.py for minutes, then used to write over results/compile/compile_step.md with a
+    plain open(). In a copy of the tree whose page is there, it is refused at once, in one line, before any run
+    (the copy has no train.py: a run would end in a traceback), and the page is kept."""
+    for path in ('guards.py', 'lab/page.py', 'lab/compile/compile_step.py'):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / path, tmp_path / path)
+    committed = tmp_path / 'results' / 'compile' / 'compile_step.md'
+    committed.parent.mkdir(parents=True)
+    committed.write_text('| config | eager ms/iter |\n')
+    r = subprocess.run([sys.executable, str(tmp_path / 'lab/compile/compile_step.py')], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and 'Traceback' not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [f"error: {committed} holds a committed measurement: it is kept; move it away "
+                                     "to measure again"]
+    assert committed.read_text() == '| config | eager ms/iter |\n'
+    committed.unlink()  # gone: the same command runs (and meets the missing train.py)
+    r = subprocess.run([sys.executable, str(tmp_path / 'lab/compile/compile_step.py')], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert 'train.py' in r.stderr and not committed.exists()

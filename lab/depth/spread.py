@@ -3,6 +3,9 @@
 $ python lab/depth/spread.py"""
 import json
 import os
+import sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
+import page
 
 results = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results')
 lines = ['model seed | k=1 here, there, difference | k=12 here, there, difference']
@@ -16,6 +19,5 @@ for name in ('multi', 'single'):
             nll[where] = (fixed[0]['nll'], fixed[11]['nll'])
         cells = [f"{a:.3f}, {b:.3f}, {a - b:+.3f}" for a, b in zip(nll['depth'], nll['seeds'])]
         lines.append(f"{name} {seed} | " + ' | '.join(cells))
-with open(os.path.join(results, 'depth', 'spread.txt'), 'w') as f:
-    f.write('\n'.join(lines) + '\n')
+page.drawn(os.path.join(results, 'depth', 'spread.txt'), '\n'.join(lines) + '\n')
 print('\n'.join(lines))

@@ -5,6 +5,8 @@ The rule (RESULTS.md): plain noise is the recipe if it gets at least 80% of the 
 over multi and the difference between the two is not a finding (t(0.975, n-1) standard errors)."""
 import os, sys, glob, json, math
 import numpy as np
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
+import page
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 RUNS = os.path.join(ROOT, 'results', 'noise', 'runs')
@@ -95,9 +97,7 @@ def main():
     lines.append(f"\nWhere the runs ran: {'; '.join(where)}.\n")
     text = '\n'.join(lines)
     out = os.path.join(ROOT, 'results', 'noise', 'verdict.md')
-    with open(out + '.tmp', 'w') as f:
-        f.write(text)
-    os.replace(out + '.tmp', out)
+    page.drawn(out, text)
     print(text)
 
 if __name__ == '__main__':

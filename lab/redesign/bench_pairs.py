@@ -1,7 +1,9 @@
 """bench.py's ratios of two trees, paired run by run: FOLDER/A-<i>.md and B-<i>.md are bench.py's
 outputs, run in turn (A B A B ...); writes FOLDER.md, each ratio's mean B - A over the pairs.
 $ python lab/redesign/bench_pairs.py results/redesign/bench_c2945b8 "c2945b8" "ae360c4" """
-import re, sys, glob, statistics as st
+import os, re, sys, glob, statistics as st
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
+import page
 
 folder, a_name, b_name = sys.argv[1:4]
 ratios = {}  # (row, what) -> {'A': [...], 'B': [...]}
@@ -23,4 +25,4 @@ for (row, what), d in ratios.items():
     se = st.stdev(diff) / len(diff) ** 0.5
     out.append(f"| {row} | x {what} | {' '.join(f'{v:.2f}' for v in d['A'])} | "
                f"{' '.join(f'{v:.2f}' for v in d['B'])} | {st.mean(diff):+.3f} ± {se:.3f} |")
-open(f'{folder}.md', 'w').write('\n'.join(out) + '\n')
+page.drawn(f'{folder}.md', '\n'.join(out) + '\n')

@@ -5,9 +5,11 @@ eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be 
 What left the code on purpose is left out of the comparison: the absolute-residual probe (an
 eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680.
 $ python lab/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
-Writes results/redesign/bitid.md (of the checkout it runs from)."""
-import os, sys, json, shutil, subprocess, tempfile
+Writes results/redesign/bitid.md (of the checkout it runs from), never over one there."""
+import os, sys, json, subprocess, tempfile
 import torch
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
+import page
 
 CONFIGS = ['smoke', 'cpu_single', 'cpu_multi', 'cpu_phantom', 'cpu_sandwich3', 'cpu_plain',
            'cpu_act', 'cpu_exit', 'cpu_sft']  # cpu_sft fine-tunes cpu_single's 12 steps
@@ -16,6 +18,9 @@ if len(sys.argv) > 3:  # some of them: smoke,cpu_act (a quick check that it can 
 STEPS = ['--max_iters=12', '--lr_decay_iters=12', '--warmup_iters=4', '--eval_interval=12',
          '--eval_iters=2', '--log_interval=4']
 A, B = (os.path.abspath(p) for p in sys.argv[1:3])
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results', 'redesign')
+# the whole check writes its page (checked now, before the work); some of the configs print only
+write = page.measured(os.path.join(HERE, 'bitid.md')) if len(sys.argv) <= 3 else len
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}
 
 def sh(tree, work, *args):
@@ -59,13 +64,10 @@ for name in CONFIGS:
     rows.append(f"| {name} | {diff if same_keys else 'other tensors: ' + str(set(wa) ^ set(wb))}"
                 f" | {'identical' if ea == eb else 'DIFFERS'} | "
                 f"{'identical' if sa == sb else 'DIFFERS'} |")
-here = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results', 'redesign')
 commit = lambda t: subprocess.run(['git', '-C', t, 'rev-parse', '--short', 'HEAD'],
                                   capture_output=True, text=True).stdout.strip()
 text = (f"# Bit-identical across the redesign\n\n`python lab/redesign/bitid.py A B`, A at "
         f"{commit(A)}, B at {commit(B)} (B's working tree as it was): 12 steps of each config, "
         "seed 1337, one thread.\n\n" + '\n'.join(rows) + '\n')
-if len(sys.argv) <= 3:  # (only the whole check writes its page)
-    with open(os.path.join(here, 'bitid.md'), 'w') as f:
-        f.write(text)
+write(text)
 print(text)
