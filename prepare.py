@@ -68,22 +68,21 @@ def fetch(path, host=HOST):  # -> the local copy of https://<host>/<path>
     import requests  # (only a download needs it)
     url = {HOST: base_url, HF_HOST: hf_url}[host].rstrip('/') + '/' + path
     plain = {'Accept-Encoding': 'identity'}  # so Content-Length counts the bytes we store
-    tmp = local + '.tmp'  # renamed once whole, so a rerun never reads a cut-off file
-    os.makedirs(os.path.dirname(local), exist_ok=True)
+    got = []  # the body's chunks: stored once all have come
     try:  # requests' errors (a body cut short of its Content-Length too) are OSErrors
-        with requests.get(url, headers=plain, stream=True, timeout=30) as r, open(tmp, 'wb') as f:
+        with requests.get(url, headers=plain, stream=True, timeout=30) as r:
             r.raise_for_status()
             total = int(r.headers.get('Content-Length', 0))
             for chunk in r.iter_content(1 << 20):
-                f.write(chunk)
-                print(f"\rdownloading {url}: {f.tell():,} / {total:,} bytes", end='', flush=True)
+                got.append(chunk)
+                done = sum(map(len, got))
+                print(f"\rdownloading {url}: {done:,} / {total:,} bytes", end='', flush=True)
         print()
-        os.replace(tmp, local)
     except OSError as e:
         raise InputError(f"download of {url} failed ({' '.join(str(e).split())}); offline, pass "
                          "--mirror=../shared/data (a folder laid out as <host>/<path>)") from None
-    finally:  # (after an error or Ctrl-C: no leftovers)
-        pathlib.Path(tmp).unlink(missing_ok=True)
+    with written(local, 'wb') as f:  # whole or not at all: a rerun never reads a cut-off file
+        f.writelines(got)
     return local
 
 def read(path, parse=str):  # -> parse(a download's text; a .zip's: its bytes); damaged: named

@@ -247,6 +247,21 @@ def test_cut_off_download_leaves_nothing_and_next_run_works(sources, server, tmp
     downloaded = os.path.join(root, 'downloads', prepare.HOST, prepare.CODEALPACA)
     assert os.path.getsize(downloaded) == len(json.dumps(ALPACA, indent=4))
 
+def test_a_file_size_limit_during_a_download_is_one_line_and_leaves_nothing(sources, server, tmp_path):
+    """A download is stored through the one atomic write: a disk that refuses it (here a file-size limit, SIGXFSZ
+    ignored) is 'cannot write' naming the file, not 'download failed', and no part of it is left to be taken for
+    the whole file by a later run."""
+    from test_faults import LIMITED
+    root = tmp_path / 'd'
+    limit = len(json.dumps(ALPACA, indent=4)) // 2
+    r = harness.finish(harness.SERVER.start(
+        ['-c', LIMITED, str(limit), os.path.join(REPO, 'prepare.py'), '--dataset=topics', '--tokenizer=byte',
+         f'--data_root={root}', f'--base_url={server}'], tmp_path, {**os.environ, 'OMP_NUM_THREADS': '1'}))
+    downloaded = os.path.join(root, 'downloads', prepare.HOST, prepare.CODEALPACA)
+    assert_one_line_error(r, f'cannot write {downloaded}', 'File too large')
+    assert files_under(root) == []
+
+
 def test_fetch_caches_and_reuses(sources, server, tmp_path, monkeypatch):
     monkeypatch.setattr(prepare, 'data_root', str(tmp_path))
     monkeypatch.setattr(prepare, 'base_url', server)
