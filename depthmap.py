@@ -33,9 +33,9 @@ def painted(ids, depth, decode, max_depth, paint=paint):
     return "".join(paint(text, depth[i:j].max().item(), max_depth)
                    for text, i, j in pieces(ids, decode))
 
-def write_html(path, docs, tokens, depth, decode, what):
-    """The depth map: each predicted token coloured by its depth (N, T - 1), from `what`. Every
-    text is escaped: a document may hold markup."""
+def html_page(docs, tokens, depth, decode, what):
+    """The depth map as a page: each predicted token coloured by its depth (N, T - 1), from
+    `what`. Every text is escaped: a document may hold markup."""
     hi = max(int(depth.max()), 1)
     key = ''.join(span(f'\xa0{d}\xa0', d, hi) for d in range(int(depth.min()), hi + 1))
     page = [f'<!doctype html><meta charset="utf-8"><title>nanoloop depth map</title><body>'
@@ -43,5 +43,4 @@ def write_html(path, docs, tokens, depth, decode, what):
     for doc, toks, row in zip(docs, tokens, depth):  # (the first token is predicted by nothing)
         spans = esc(decode(toks[:1])) + painted(toks[1:len(row) + 1], row, decode, hi, span)
         page.append(f'<h3>{esc(doc["topic"])}</h3><pre>{spans}</pre>')
-    with open(path, 'w', encoding='utf-8') as f:
-        f.write('\n'.join(page) + '</body>\n')
+    return '\n'.join(page) + '</body>\n'

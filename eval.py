@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from model import GPT
 from decode import autocast
 from prepare import get_tokenizer, token_rows, load_meta, load_tokens, read_eval_docs
-from depthmap import write_html
+from depthmap import html_page
 
 # -----------------------------------------------------------------------------
 out_dir = 'out'  # reads out_dir/ckpt.pt and data/<its dataset>/, writes out_dir/eval.json
@@ -187,10 +187,10 @@ def evaluate(path, model, data_dir, T, html):
         # without ACT, the depth each token takes under the curve's middle exit
         exit = (exit_kind, thresholds[len(thresholds) // 2]) if c.exit_kinds() else None
         shade = score(model, x[shown], batch_size, exit=exit)[1] if exit else depth[shown]
-        with guards.saving(html) as tmp:
-            write_html(tmp, [docs[i] for i in shown], [tokens[i] for i in shown], shade,
-                       get_tokenizer(load_meta(data_dir)['tokenizer'])[1],
-                       f'{exit[0]} exit at {exit[1]}' if exit else source)
+        with guards.written(html) as f:
+            f.write(html_page([docs[i] for i in shown], [tokens[i] for i in shown], shade,
+                              get_tokenizer(load_meta(data_dir)['tokenizer'])[1],
+                              f'{exit[0]} exit at {exit[1]}' if exit else source))
     print_report(report)
     print(f"wrote {path}" + (f" and {html}" if html else ''))
 

@@ -128,8 +128,7 @@ def test_depth_map_paints_a_character_of_several_tokens_whole(tmp_path):
     encode, decode, _ = ev.get_tokenizer('byte')
     tokens = [encode('costs \u00a35')]  # 9 tokens: 7 predictions shown, 'o' to the 2 of '£'
     depth = torch.tensor([[1, 1, 1, 1, 1, 2, 3]])  # (N, T - 1): the two of '£' ran 2 and 3
-    ev.write_html(str(tmp_path / 'act.html'), [dict(topic='news')], tokens, depth, decode, 'the ACT gate')
-    page = (tmp_path / 'act.html').read_text()
+    page = ev.html_page([dict(topic='news')], tokens, depth, decode, 'the ACT gate')
     assert 'Colour: the ACT gate' in page
     colour = lambda text: re.findall(r'<span style="background:([^"]*)">' + re.escape(text) + '<', page)
     assert colour('\u00a3') == ['hsl(0,85%,82%)'] and '\ufffd' not in page  # one span, depth 3 of 3: red
