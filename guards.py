@@ -7,14 +7,16 @@ from difflib import get_close_matches
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
 DTYPES = "x in ('', 'float32', 'bfloat16')"  # every script's --dtype
 PATHS = ('path', 'paths', 'new file', 'new folder')  # the domains that are not a rule on x
-NAME = "'/' not in x and x not in ('.', '..')"  # a folder's name (in data/), not a path
+# a rule that reads as Python says itself in words after '  # ' (an error message shows the words)
+NAME = "'/' not in x and x not in ('.', '..')  # the name of a folder in data/, not a path"
+COUNTS = 'all(type(k) is int and k >= 1 for k in x)  # a tuple of whole numbers, each at least 1'
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
 # them in words; train.py checks them before GPTConfig checks its own
 MODEL_KEYS = {'block_size vocab_size n_embd n_head phantom_steps': 'x >= 1',
               'n_prelude n_coda': 'x >= 0', 'alpha_init': '0 < x < 1', 'dropout': '0 <= x < 1',
-              'loops supervise': 'all(type(k) is int and k >= 1 for k in x)',
+              'loops supervise': COUNTS,
               'halt_penalty exit_beta': 'x >= 0', 'phantom act exit_gate bias': 'any'}
 MODEL_RULES = [
     ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them"),
@@ -54,7 +56,8 @@ KEYS = {
          'max_iters warmup_iters lr_decay_iters min_lr weight_decay grad_clip': 'x >= 0',
          'learning_rate': 'x > 0',
          'beta1 beta2': '0 <= x < 1', 'seed': '0 <= x < 2**64',
-         'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)',
+         'gate_detached': 'len(x) == 2 and all(type(i) is int and i >= 0 for i in x)'
+                          '  # two whole numbers, each at least 0',
          'dtype': DTYPES, 'backend': "x in ('', 'nccl', 'gloo')",
          'eval_only always_save_checkpoint sft_pad decay_lr compile overwrite device': 'any'},
         MODEL_RULES + TRAIN_RULES),
@@ -63,12 +66,14 @@ KEYS = {
          'top_p': '0 < x <= 1', 'seed': '0 <= x < 2**64',
          'repetition_penalty': '0.01 <= x <= 100',  # (beyond: float32 logits overflow)
          'n_loops': 'x is None or type(x) is int and x >= 1'
-                    ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)',
+                    ' or type(x) is tuple and all(type(k) is int and k >= 1 for k in x)'
+                    '  # None, a whole number at least 1, or a tuple of them (one a segment)',
          'out_dir': 'paths', 'dtype': DTYPES, 'start exit_at show_depth device': 'any'},
         []),
     'eval.py': (
         {'batch_size eval_iters max_docs': 'x >= 1',
-         'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)',
+         'thresholds': 'all(type(t) in (int, float) and t >= 0 for t in x)'
+                       '  # a tuple of numbers, each at least 0',
          'exit_kind': "x in ('', 'maxprob', 'resid')",
          'out_dir': 'paths', 'html': 'new file', 'dataset': NAME, 'dtype': DTYPES,
          'device': 'any'},
@@ -77,14 +82,15 @@ KEYS = {
     'prepare.py': (
         {'dataset': "x in ('topics', 'shakespeare', 'fineweb', 'sft')",
          'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
-         'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))",
+         'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))"
+                                                  "  # a URL, http:// or https://",
          'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'},
         [("dataset != 'fineweb' or tokenizer == 'gpt2'",
           "fineweb's shards are GPT-2 tokens: use --tokenizer=gpt2")]),
     'bench.py': (
         {'batch_size block_size n_embd n_head k repeats': 'x >= 1', 'gen_tokens': 'x >= 2',
          'n_prelude n_coda': 'x >= 0', 'vocab_size': 'x >= 257', 'peak_flops': 'x >= 0',
-         'phantom_ks gen_loops dtype_widths': 'all(type(k) is int and k >= 1 for k in x)',
+         'phantom_ks gen_loops dtype_widths': COUNTS,
          'init_from': 'paths', 'prompt': "x != ''", 'dtype': DTYPES,
          'exit_at estimate device compile seed': 'any'},
         [('all(w % n_head == 0 for w in dtype_widths)',
@@ -92,7 +98,8 @@ KEYS = {
          ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them")]),
     'frontier.py': (
         {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
-         'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)',
+         'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)'
+                  '  # a tuple of whole numbers, each once',
          'models train_args from_runs device': 'any'},
         []),
 }
@@ -178,7 +185,8 @@ def check_keys(table, rules, values, defaults):  # configurator.py: each key, th
         if domain in PATHS and value != default:
             values[key] = check_path(key, value, domain, default)
         elif domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
-            need = re.sub(r'\bx\b', key, domain)
+            rule, _, words = domain.partition('  # ')  # (words: the rule's, else the rule)
+            need = words or re.sub(r'\bx\b', key, rule)
             raise InputError(f"{typed(key, value)}: need {need}, e.g. {typed(key, default)}")
     if values.get('init_from', '') in ('', 'scratch'):  # (else train.py checks the run's settings)
         check_rules(rules, values, defaults)

@@ -125,7 +125,7 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
     'bench_estimate_of_no_config': (None, ('bench.py', '--estimate=v3,v99'),
                                     ['--estimate=v99', 'no config/v99.py', 'e.g. --estimate=v3']),
     'frontier_a_seed_twice': (None, ('lab/frontier.py', '--seeds=(1,1)'),
-                              ["'--seeds=(1, 1)'", 'len(set(seeds)) == len(seeds)']),
+                              ["'--seeds=(1, 1)'", 'need a tuple of whole numbers, each once', 'e.g.']),
     'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--exit_gate=True'),
                                                    ['--exit_gate=True', 'supervise']),
 }
