@@ -364,6 +364,9 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  
         check_start(ckpt, meta, data_dir, T)
     for name, data in (('train', train_data), ('val', val_data)) if not row else ():
         check_blocks(f"{data_dir}/{name}.bin", len(data), T)
+    if (tokens := s['batch_size'] * T) > train_data.size:  # (a typo? it would fill the memory)
+        raise InputError(f"--batch_size={s['batch_size']}: a batch of {tokens:,} tokens is more "
+                         f"than {data_dir}/train.bin holds ({train_data.size:,}): lower it")
     path, tune = os.path.join(s['out_dir'], 'ckpt.pt'), s['init_from']
     if tune != 'resume' and os.path.exists(path) and not s['overwrite']:  # never by accident
         own = tune != 'scratch' and os.path.samefile(tune, s['out_dir'])  # (a fine-tune of it)

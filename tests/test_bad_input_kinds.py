@@ -122,6 +122,8 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
         {'ln_f.weight': torch.ones(3)})), SAMPLE, ['out/ckpt.pt', 'ln_f.weight', 'shape']),
     'out_dir_the_checkpoint_file': (None, (*SAMPLE, '--out_dir=out/ckpt.pt'),
                                     ['no checkpoint at out/ckpt.pt/ckpt.pt', 'found out/ckpt.pt', '--out_dir=out']),
+    'a_batch_larger_than_the_data': (None, (*TRAIN, '--batch_size=99999999'),
+                                     ['--batch_size=99999999', 'train.bin holds', 'lower it']),
     'bench_estimate_of_no_config': (None, ('bench.py', '--estimate=v3,v99'),
                                     ['--estimate=v99', 'no config/v99.py', 'e.g. --estimate=v3']),
     'frontier_a_seed_twice': (None, ('lab/frontier.py', '--seeds=(1,1)'),
