@@ -3,7 +3,7 @@ checks. A script runs in a process of its own, forked from a server that importe
 fresh `python` would spend ~4 s of CPU on the import alone); a test's runs go in a `@work` function that its
 module starts in the background (a few threads, in test order) as soon as the first test asks; the test itself
 then only waits for its own results and asserts."""
-import json, os, random, re, shutil, subprocess, sys, threading
+import json, os, random, re, shutil, socket, subprocess, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -100,6 +100,34 @@ def finish(p, timeout=PATIENCE):
 
 def run(cwd, script, *args, **kw):
     return finish(start(cwd, script, *args, **kw))
+
+
+def master_port():
+    """A free port for a DDP rendezvous, below the kernel's ephemeral ports (32768 on, which port 0 draws
+    from). A port that port 0 gave out and that was closed again can go to another test's HTTP server, or to
+    gloo's own sockets, before rank 0 binds it: rank 0 then fails and rank 1 waits for a rendezvous that never
+    comes (it once took the whole suite's 15-minute patience)."""
+    draw = random.Random()  # (not the global one: a test may have seeded it)
+    while True:
+        port = draw.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(('127.0.0.1', port))
+            except OSError:  # taken: draw again
+                continue
+        return port
+
+
+def ddp_ranks(cwd, *args):
+    """train.py args as 2 gloo ranks, with the environment torchrun gives them -> [rank 0's result, rank 1's].
+    Rank 0 failed: rank 1 is stopped at once, not left waiting for it."""
+    env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1',
+           'MASTER_PORT': str(master_port())}
+    ranks = [start(cwd, 'train.py', *args, env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)}) for r in (0, 1)]
+    rank0 = finish(ranks[0])
+    if rank0.returncode:
+        ranks[1].kill()
+    return [rank0, finish(ranks[1])]
 
 
 def run_all(*jobs):

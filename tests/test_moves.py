@@ -2,7 +2,7 @@
 schedule, each step's batch seed, each DDP rank's dropout seed, the depth whose val loss picks the kept checkpoint,
 the exit gate's loss mask, and eval.py's per-topic depth over real tokens only. Each checks what a run logs or
 saves, or what the model computes, against a value worked out here from the documented rule."""
-import json, math, re, socket
+import json, math, re
 
 import numpy as np
 import pytest
@@ -96,13 +96,7 @@ def test_two_seeds_share_no_batch_and_no_two_steps_repeat_one(job):
 # ---------------------------------------------------------------- 3. each DDP rank its own dropout
 def ddp_pair(d, *args):
     """2 gloo ranks with the environment torchrun gives them (a free port: tests run side by side) -> rank 0's."""
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port)}
-    ranks = [start(d, 'train.py', *args, '--backend=gloo', env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)})
-             for r in (0, 1)]
-    rank0, rank1 = [finish(p) for p in ranks]
+    rank0, rank1 = ddp_ranks(d, *args, '--backend=gloo')
     ok(rank1)
     return ok(rank0)
 

@@ -4,7 +4,7 @@ input, every script run as a subprocess (CPU, tiny models, byte-level data made 
 Speed: each script runs in a process forked from one that imported torch once (harness.py, forkserver.py),
 and each test's scripts run in a `@work` function that the module starts in the background (a few threads, in
 test order) as soon as the first test asks; the test itself then only waits for its own results and asserts."""
-import json, os, re, signal, socket, subprocess, threading
+import json, os, re, signal, subprocess, threading
 
 import numpy as np
 import pytest
@@ -115,12 +115,6 @@ def test_interrupt_saves_a_checkpoint_says_how_to_resume_and_resumes(job, name):
 
 
 # ---------------------------------------------------------------- DDP
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 DDP_ARGS = [*TINY, '--max_iters=5', '--eval_interval=3', '--gradient_accumulation_steps=2']
 
 
@@ -128,7 +122,7 @@ DDP_ARGS = [*TINY, '--max_iters=5', '--eval_interval=3', '--gradient_accumulatio
 def ddp_two_processes_match_one_process(d):
     """2 gloo processes, started with the environment torchrun gives them, vs 1 process with the same global batch."""
     make_data(d)
-    dist_env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(free_port())}
+    dist_env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(master_port())}
     ranks = [start(d, 'train.py', *DDP_ARGS, '--backend=gloo', '--out_dir=ddp', env={**dist_env, 'RANK': str(r), 'LOCAL_RANK': str(r)})
              for r in range(2)]
     single = run(d, 'train.py', *DDP_ARGS, '--out_dir=single')

@@ -1,7 +1,7 @@
 """A user's runs: a rerun never replaces a checkpoint, one run at a time per out_dir, Ctrl-C that answers
 and can be forced, resume that keeps the run's own settings, each DDP rank's random state, and finding
 the checkpoint a user meant. Every script runs as a subprocess on tiny byte-level data (CPU)."""
-import os, re, shlex, signal, socket, subprocess, sys, threading
+import os, re, shlex, signal, subprocess, sys, threading
 
 import pytest
 import torch
@@ -187,12 +187,7 @@ DDP = [*TINY, '--dropout=0.1', '--gradient_accumulation_steps=2', '--backend=glo
 
 def ddp(d, *args):
     """2 gloo ranks with the environment torchrun gives them (a free port: tests run side by side)."""
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        port = s.getsockname()[1]
-    env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1', 'MASTER_PORT': str(port)}
-    ranks = [start(d, 'train.py', *DDP, *args, env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)}) for r in (0, 1)]
-    return [finish(p) for p in ranks][0]
+    return ddp_ranks(d, *DDP, *args)[0]
 
 
 @work
