@@ -378,11 +378,13 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  
         at = f"{path} is at iter {iter_num} and " if tune == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
 
-def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path):  # train.py: diverged?
-    if not math.isfinite(lossf):
+def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
+    if not math.isfinite(lossf):  # (the float settings this run gives: the likely cause)
+        given = ' '.join(typed(k, s[k]) for k in sorted(given) if type(s[k]) is float)
         raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
-                         f"alphas {alphas}. Lower --learning_rate or --alpha_init; {ckpt_path} was "
-                         "not overwritten.")
+                         f"alphas {alphas}. Lower --learning_rate or --alpha_init"
+                         f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "
+                         "overwritten.")
 
 def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops if a run dies
     os.makedirs(out_dir, exist_ok=True)

@@ -247,7 +247,7 @@ while iter_num < max_iters:
     if ddp:  # every rank must see a NaN, or the others would hang
         dist.all_reduce(loss_sum)
     lossf = loss_sum.item()
-    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path)
+    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
         # gate) must not scale down the language model's whole step
         for group in clip_groups:

@@ -162,6 +162,7 @@ def divergence_stops_with_a_clear_message(d):
 def test_divergence_stops_with_a_clear_message(job):
     r, before, after, listing = job
     msg = one_line_error(r, 'loss', 'last good loss', 'learning_rate', 'alpha')
+    assert '(this run sets --grad_clip=0.0 --learning_rate=1e+30)' in msg, msg  # the floats it gives: the cause
     assert listing == ['ckpt.pt'], 'the run left more than its checkpoint (a train.lock?)'
     assert re.search(r'\b(nan|inf)\b', msg), msg
     logged = losses(r.stdout)
