@@ -155,8 +155,10 @@ def run_config(path, into):  # configurator.py: a config file (Python, as nanoGP
     try:
         exec(compile(text, path, 'exec'), into)
     except (Exception, SystemExit) as e:  # the config file's own error: name the file and its line
+        if isinstance(e, InputError):  # (an include()'s: it names its own file)
+            raise
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if f.filename == path]
-        line = e.lineno if isinstance(e, SyntaxError) else lines[-1]
+        line = e.lineno if isinstance(e, SyntaxError) else (lines or ['?'])[-1]
         why = ("calls sys.exit: a config file only sets keys" if isinstance(e, SystemExit)
                else f"{type(e).__name__}: {e}")
         raise InputError(f"config file '{path}', line {line}: {why}") from None
