@@ -104,3 +104,13 @@ def test_a_config_file_that_sets_nothing_is_fine(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv('NANOLOOP_ARGS_ONLY', '1')
     assert script('sample.py', str(tmp_path / 'empty.py'), monkeypatch=monkeypatch) == 0
     assert f"Overriding config with {tmp_path / 'empty.py'}" in capsys.readouterr().out
+
+
+def test_an_include_of_a_missing_file_names_that_file(tmp_path):
+    """include('missing.py') in a config file: the line names the file that is missing, as for a config file given
+    on the command line (wrapped in the including file's line, it read 'line 1: InputError: config file ...')."""
+    import guards
+    (tmp_path / 'a.py').write_text("include('missing.py')\n")
+    with pytest.raises(InputError) as e:
+        guards.run_config(str(tmp_path / 'a.py'), {})
+    assert str(e.value).startswith(f"config file {tmp_path / 'missing.py'}: No such file or directory"), e.value
