@@ -292,7 +292,7 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
                          "or are not finite: use a copy of it, or train it again")
     return model.to(device), ckpt
 
-def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a config, one it has
+def parse_exit(s, config=None, model='the model'):  # 'maxprob:0.9' -> ('maxprob', 0.9)
     kind, _, text = s.partition(':')
     t = -1.0  # a threshold >= 0, as eval.py's: resid:-1 or nan would never exit, without a word
     with suppress(ValueError):
@@ -300,7 +300,7 @@ def parse_exit(s, config=None):  # 'maxprob:0.9' -> ('maxprob', 0.9); with a con
     if not (0 <= t <= 1 or kind == 'resid' and t >= 0):  # (maxprob:1.5 would never exit)
         raise InputError(f"--exit_at={s}: write maxprob:T (0 <= T <= 1) or resid:T (T >= 0), "
                          "e.g. --exit_at=maxprob:0.9")
-    check_exits(f"--exit_at={s}", config)
+    check_exits(f"--exit_at={s}", config, model)  # (with a config: one that model has)
     return kind, t
 
 def check_exits(given, c, model='the model'):  # an exit option (given) for a model (c: its config)

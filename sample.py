@@ -35,7 +35,7 @@ def load(out_dir):  # a model and what sampling it needs: each option checked fo
     path = os.path.join(out_dir, 'ckpt.pt')
     model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
     max_depth = sum(model.depths(n_loops))  # (one depth for all, or one each)
-    exit = guards.parse_exit(exit_at, model.config) if exit_at else None
+    exit = guards.parse_exit(exit_at, model.config, f'the model in {out_dir}') if exit_at else None
     encode, decode, _ = get_tokenizer(ckpt['meta']['tokenizer'])
     _, ctx, precision = autocast(device, dtype, True, ckpt['config'].get('dtype', ''))
     return model.eval(), max_depth, exit, ctx, precision, encode(start), decode

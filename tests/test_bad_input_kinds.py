@@ -104,7 +104,7 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
                                        SAMPLE, ['out/ckpt.pt', 'ln_f.weight', 'version']),
     # more of the same kinds
     'sample_exit_at_on_act': (lambda d: save_model(d / 'out', act=True), (*SAMPLE, '--exit_at=resid:0.1'),
-                              ['--exit_at=resid:0.1', 'ACT gate', 'drop it']),
+                              ['--exit_at=resid:0.1', 'the model in out has an ACT gate', 'drop it']),
     'sample_n_loops_on_a_plain_model': (lambda d: save_model(d / 'out', loops=()), (*SAMPLE, '--n_loops=4'),
                                         ['n_loops=4', 'the model has 0 segments']),
     'eval_thresholds_on_act': (lambda d: save_model(d / 'out', act=True), (*EVAL, '--thresholds=0.9'),
