@@ -8,4 +8,4 @@
 include('cpu_multi.py')
 out_dir = 'out-cpu-exit'
 exit_gate = True
-exit_beta = 0.1  # (lab/frontier.py trains it so; 0.01 was tried at one seed: results/exit/)
+exit_beta = 0.1  # (lab/frontier.py trains it so; 0.01 was tried at one seed: lab/exit/)

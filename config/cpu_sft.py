@@ -8,7 +8,7 @@ init_from = 'out-cpu-single'
 out_dir = 'out-cpu-sft'
 dataset = 'sft_byte'
 device = 'cpu'
-dtype = 'float32'  # cpu_single's d=64: faster than bf16 autocast (results/bf16/summary.md)
+dtype = 'float32'  # cpu_single's d=64: faster than bf16 autocast (lab/bf16/summary.md)
 sft_pad = True
 batch_size = 16
 learning_rate = 1e-3

@@ -6,7 +6,7 @@ out_dir = 'out-cpu-single'
 dataset = 'topics_byte'
 device = 'cpu'
 dtype = 'float32'  # at d=64 bf16 autocast is slower, even on a CPU with bf16 instructions (0.5x
-# float32's speed: results/bf16/summary.md); it pays from d~192. Also keeps results/ reproducible.
+# float32's speed: lab/bf16/summary.md); it pays from d~192. Also keeps lab/ reproducible.
 n_embd = 64
 n_head = 4
 n_prelude = 2

@@ -6,9 +6,9 @@ frontier, compute in forward FLOPs per token:
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data
 $ python prepare.py --dataset=sft --tokenizer=byte --block_size=128 --mirror=../shared/data
 $ python lab/frontier.py                          # trains what is missing, measures: out-frontier/
-$ python lab/frontier.py --results=results/seeds  # the same, over the committed results
-$ python lab/frontier.py --results=results/tuned --from_runs=True  # its page from its runs/*.json
-$ python lab/frontier.py --results=results/gate --jobs=2 \
+$ python lab/frontier.py --results=lab/seeds  # the same, over the committed results
+$ python lab/frontier.py --results=lab/tuned --from_runs=True  # its page from its runs/*.json
+$ python lab/frontier.py --results=lab/gate --jobs=2 \
       --models=multi,single,exit-10,warmup,exit-10-warmup,exit-10-detach,exit-10-late,exit-10-early
 A finished run is never trained again (one that stopped early is resumed, never measured
 half-trained); a measured run keeps runs/<model>-s<seed>.json, so a rerun trains nothing. A
@@ -67,13 +67,13 @@ MODELS = {  # name -> (train.py arguments, the model it fine-tunes or None); the
        for name, config, args in CONFIRM},
     **{f'{name}-wide': ([config, *SCHEDULE, *[a.format(750) for a in args], *WIDE], None)
        for name, config, args in CONFIRM},
-    # (issue 50's variants of multi-depth supervision ran at 0530f8b: results/depthsup)
+    # (issue 50's variants of multi-depth supervision ran at 0530f8b: lab/depthsup)
     'sft': (['config/cpu_sft.py'], 'single'),  # SFT: 600 steps from the PT run of the same seed
     'sft-nopad': (['config/cpu_sft_nopad.py'], 'single'),
     'plain-sft': (['config/cpu_plain_sft.py'], 'plain'),
 }
 STUDY = ['single', 'multi', 'phantom', 'sandwich3', 'act-0.001', 'act-0.003', 'act-0.01', 'plain',
-         'exit-0.1', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # results/seeds
+         'exit-0.1', 'exit-10', 'sft', 'sft-nopad', 'plain-sft']  # lab/seeds
 TUNE = {'w': 'warmup_iters', 'c': 'grad_clip', 'lr': 'learning_rate', 'a': 'alpha_init',
         'b': 'beta2'}  # ('n', grad_noise: issue 48's plain noise, at 7317180)
 
@@ -96,8 +96,8 @@ seeds = (1, 2, 3)  # every model is trained once per seed (its initial weights a
 models = ''  # '' = the study's (STUDY); or some, comma-separated: 'single,multi'
 jobs = 1  # runs trained and measured at a time, each on one thread (2 on a 2-core machine)
 runs = 'out-frontier/runs'  # the checkpoints: runs/<model>-s<seed>/ckpt.pt
-results = 'out-frontier'  # results/seeds holds the committed ones: write there on purpose
-from_runs = False  # True: rewrite the page from results/runs/*.json as they are: train nothing
+results = 'out-frontier'  # lab/seeds holds the committed ones: write there on purpose
+from_runs = False  # True: rewrite the page from lab/runs/*.json as they are: train nothing
 train_args = ''  # more train.py arguments for every model (a quick run: '--max_iters=100')
 THRESHOLDS = {'maxprob': (0.3, 0.5, 0.7, 0.9), 'resid': (0.2, 0.1, 0.05, 0.02)}  # post-hoc exits
 LAMBDAS = (0, 0.003, 0.01, 0.03, 0.1, 0.3, 1, 3)  # the oracle's price of compute, nats per MFLOP
@@ -110,7 +110,7 @@ device = 'cpu'
 def run_dir(name, seed):
     return os.path.join(runs, f'{name}-s{seed}')
 
-def log_path(name, seed):  # results/train/<name>-s<seed>.log, its folder made
+def log_path(name, seed):  # lab/train/<name>-s<seed>.log, its folder made
     os.makedirs(os.path.join(results, 'train'), exist_ok=True)
     return os.path.join(results, 'train', f'{name}-s{seed}.log')
 
@@ -520,7 +520,7 @@ def findings(runs):  # -> the findings page (markdown): every table, from the me
                   act_depths(runs, have(ACT_MODELS))]
     if have(SFT_MODELS) == SFT_MODELS:
         parts.append(sft(runs, SFT_MODELS))
-    if have(DEPTH_MODELS[1:]) and runs.get('multi'):  # (results/seeds has exit-10 only)
+    if have(DEPTH_MODELS[1:]) and runs.get('multi'):  # (lab/seeds has exit-10 only)
         parts.append(depth_signals(runs))
     if any('+' in n for n in runs):
         parts.append(tuning(runs))

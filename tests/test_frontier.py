@@ -151,7 +151,7 @@ def test_campaign_on_tiny_models(tmp_path, monkeypatch, capsys):
             '--seeds=(1,2)', f'--train_args={quick}', '--eval_iters=1', '--batch_size=4']
     out = frontier_py(tmp_path, *args, monkeypatch=monkeypatch, capsys=capsys)
     assert out.count('training out-frontier/runs/') == 16  # each model, at each seed, once
-    assert not (tmp_path / 'results').exists()  # results/seeds/ is written only when asked
+    assert not (tmp_path / 'lab' / 'seeds').exists()  # lab/seeds/ is written only when asked
     runs = tmp_path / 'out-frontier' / 'runs'
     single = json.loads((runs / 'single-s2.json').read_text())
     assert single['seed'] == 2 and [p['t'] for p in single['val']['fixed']] == list(range(1, 13))
@@ -221,16 +221,16 @@ def test_unknown_model_is_a_one_line_error(tmp_path):
 
 
 def test_the_default_models_are_the_ones_results_seeds_holds():
-    """So `python lab/frontier.py --results=results/seeds` on a fresh clone trains nothing (a model
+    """So `python lab/frontier.py --results=lab/seeds` on a fresh clone trains nothing (a model
     whose option left the code keeps its runs for the page only)."""
-    held = {p.name.rsplit('-s', 1)[0] for p in (REPO / 'results/seeds/runs').glob('*.json')}
+    held = {p.name.rsplit('-s', 1)[0] for p in (REPO / 'lab/seeds/runs').glob('*.json')}
     assert held & set(frontier.MODELS) == set(frontier.STUDY)
 
 
 def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
-    """Each committed campaign's findings.md (results/seeds, depth, ...) is frontier.findings of its
+    """Each committed campaign's findings.md (lab/seeds, depth, ...) is frontier.findings of its
     runs/*.json: a rerun of the command that wrote it (which reads them) writes the same page."""
-    pages = sorted((REPO / 'results').glob('*/findings.md'))
+    pages = sorted((REPO / 'lab').glob('*/findings.md'))
     for page in pages:
         monkeypatch.setattr(frontier, 'results', str(page.parent.relative_to(REPO)))
         assert frontier.findings(frontier.read_runs(page.parent)) == page.read_text(), page
@@ -240,7 +240,7 @@ def test_committed_findings_are_what_the_runs_files_give(monkeypatch):
 def test_a_model_whose_code_left_keeps_its_place_on_its_page(tmp_path, monkeypatch):
     """A model that ran but is no longer in MODELS (its training code left) is shown where the page
     being rewritten shows it, and only in the tables that show it; on a new page, after the others,
-    by name. (The committed pages hold such models: results/depth's probe, embed, inject.)"""
+    by name. (The committed pages hold such models: lab/depth's probe, embed, inject.)"""
     runs = {n: {1: {}} for n in ('single', 'multi', 'warmup', 'zeta', 'alpha', 'multi+w100')}
     monkeypatch.setattr(frontier, 'results', str(tmp_path))
     shown = lambda names, heading: frontier.shown(runs, names, heading)
@@ -256,22 +256,22 @@ def test_a_model_whose_code_left_keeps_its_place_on_its_page(tmp_path, monkeypat
 
 def test_from_runs_rewrites_a_page_from_its_runs_and_trains_nothing(tmp_path):
     """--from_runs=True: the page of a folder's runs/*.json as they are, without data or runs."""
-    shutil.copytree(REPO / 'results' / 'gate' / 'runs', tmp_path / 'gate' / 'runs')
+    shutil.copytree(REPO / 'lab' / 'gate' / 'runs', tmp_path / 'gate' / 'runs')
     r = subprocess.run([sys.executable, str(REPO / 'lab' / 'frontier.py'), '--results=gate',
                         '--from_runs=True', '--runs=nowhere'], cwd=tmp_path, capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
     assert 'training' not in r.stdout and not (tmp_path / 'nowhere').exists()
     page = (tmp_path / 'gate' / 'findings.md').read_text()
-    assert page == (REPO / 'results' / 'gate' / 'findings.md').read_text().replace(
-        'results/gate', 'gate')
+    assert page == (REPO / 'lab' / 'gate' / 'findings.md').read_text().replace(
+        'lab/gate', 'gate')
 
 
 def test_results_quote_only_numbers_the_campaign_wrote():
     """Every 'mean ± SE' that RESULTS.md quotes is in a campaign's findings.md (or its verdict.md,
     which lab/noise/verdict.py writes from the same runs)."""
     quoted = re.findall(r'-?\d+\.\d+ ± \d+\.\d+', (REPO / 'RESULTS.md').read_text())
-    pages = [*(REPO / 'results').glob('*/findings.md'), *(REPO / 'results').glob('*/verdict.md')]
+    pages = [*(REPO / 'lab').glob('*/findings.md'), *(REPO / 'lab').glob('*/verdict.md')]
     findings = ''.join(p.read_text() for p in pages)
     assert len(quoted) >= 20 and [q for q in quoted if q not in findings] == []
 
@@ -319,14 +319,14 @@ def test_tuned_arms_pair_within_their_schedule_and_ask_the_tradeoff_law_again():
 
 
 def test_a_lab_measurement_never_writes_over_a_committed_page(tmp_path):
-    """compile_step.py times train.py for minutes, then used to write over results/compile/compile_step.md with a
+    """compile_step.py times train.py for minutes, then used to write over lab/compile/compile_step.md with a
     plain open(). In a copy of the tree whose page is there, it is refused at once, in one line, before any run
     (the copy has no train.py: a run would end in a traceback), and the page is kept."""
     for path in ('guards.py', 'lab/page.py', 'lab/compile/compile_step.py'):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / path, tmp_path / path)
-    committed = tmp_path / 'results' / 'compile' / 'compile_step.md'
-    committed.parent.mkdir(parents=True)
+    committed = tmp_path / 'lab' / 'compile' / 'compile_step.md'
+    committed.parent.mkdir(parents=True, exist_ok=True)
     committed.write_text('| config | eager ms/iter |\n')
     r = subprocess.run([sys.executable, str(tmp_path / 'lab/compile/compile_step.py')], cwd=tmp_path,
                        capture_output=True, text=True)

@@ -1,10 +1,10 @@
 # Issue 30's bench A/B: the same bench.py command in two checkouts, alternated, one thread each.
 # bash lab/bench30/ab.sh OLD NEW [DIR]  (OLD, NEW: checkouts; writes OLD-i.md, NEW-i.md and
-#   summary.md in DIR, by default results/bench30, never over a file there: each is written
+#   summary.md in DIR, by default lab/bench30, never over a file there: each is written
 #   beside its name and renamed once whole)
-# Ran as: bash results/bench30/ab.sh /work/base30 /work/main  (base30: 85a1af4, before issue 30)
+# Ran as: bash lab/bench30/ab.sh /work/base30 /work/main  (base30: 85a1af4, before issue 30)
 here=$(cd "$(dirname "$0")" && pwd)
-out=${3:-$here/../../results/bench30}
+out=${3:-$here/../../lab/bench30}
 mkdir -p "$out" || exit 1
 for f in "$out/$(basename "$1")"-{1,2,3}.md "$out/$(basename "$2")"-{1,2,3}.md "$out/summary.md"; do
   if [ -e "$f" ]; then

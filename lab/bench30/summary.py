@@ -1,9 +1,9 @@
 """The ratios of a bench A/B (ab.sh): each bench ratio per round, old and new.
-$ python lab/bench30/summary.py [FOLDER OLD NEW]   (default: results/bench30, base30 and main)"""
+$ python lab/bench30/summary.py [FOLDER OLD NEW]   (default: lab/bench30, base30 and main)"""
 import glob, os, re, sys
 import numpy as np
 here, old_name, new_name = sys.argv[1:4] if len(sys.argv) > 3 else (
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results', 'bench30'),
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lab', 'bench30'),
     'base30', 'main')
 ratios = {}  # (row, which ratio) -> checkout -> [value per round]
 for path in sorted(glob.glob(os.path.join(here, '*-[0-9].md'))):

@@ -1,13 +1,13 @@
 """Compiled vs eager training step on CPU, for a plain, a phantom and an ACT model of cpu_single's
 shape: train.py's own loop, its logged ms/iter after warm-up, and the graph breaks and recompiles
-that TORCH_LOGS reports. Writes results/compile/compile_step.md, never over one there.
+that TORCH_LOGS reports. Writes lab/compile/compile_step.md, never over one there.
 $ OMP_NUM_THREADS=1 python lab/compile/compile_step.py   (needs data/topics_byte: prepare.py)
 """
 import os, re, subprocess, sys, statistics
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
 import page
-write = page.measured(os.path.join(ROOT, 'results', 'compile', 'compile_step.md'))
+write = page.measured(os.path.join(ROOT, 'lab', 'compile', 'compile_step.md'))
 CONFIGS = ['cpu_plain', 'cpu_single', 'cpu_phantom', 'cpu_act']
 ITERS, LOG = 120, 20  # ms/iter is the median of the log lines after the first 40 iterations
 rows = ['| config | eager ms/iter | compiled ms/iter | compiled / eager | graph breaks | '

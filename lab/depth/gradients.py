@@ -4,7 +4,7 @@ trains it (its batches, schedule, AdamW and clip groups). Every 10th step up to 
 on the language model's parameters (all but the gate) is split in two: g_nll, of the expected NLL
 sum_t p_t NLL_t (the loss at exit_beta=0, on the same batch), and g_gate = g_total - g_nll, of the
 gate's entropy bonus -exit_beta * H(p), which reaches them through the states. Writes
-results/depth/gradients.txt, never over one there.
+lab/depth/gradients.txt, never over one there.
 $ OMP_NUM_THREADS=1 python lab/depth/gradients.py"""
 import math
 import os
@@ -16,7 +16,7 @@ root = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
 sys.path.insert(0, root)
 sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
 import page
-write = page.measured(os.path.join(root, 'results', 'depth', 'gradients.txt'))
+write = page.measured(os.path.join(root, 'lab', 'depth', 'gradients.txt'))
 from model import GPT, GPTConfig  # noqa: E402
 from prepare import load_meta, load_tokens  # noqa: E402
 

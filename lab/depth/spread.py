@@ -1,5 +1,5 @@
-"""The same command and seed on two machines: results/seeds (another machine) against results/depth
-(this one), val NLL at k=1 and k=12 for the models both trained. Writes results/depth/spread.txt.
+"""The same command and seed on two machines: lab/seeds (another machine) against lab/depth
+(this one), val NLL at k=1 and k=12 for the models both trained. Writes lab/depth/spread.txt.
 $ python lab/depth/spread.py"""
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
 import page
 
-results = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results')
+results = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lab')
 lines = ['model seed | k=1 here, there, difference | k=12 here, there, difference']
 for name in ('multi', 'single'):
     for seed in (1, 2, 3):

@@ -2,8 +2,8 @@
 # Issue 50's campaign: multi-depth supervision weighted toward the deep depths, in a curriculum,
 # or with a consistency loss, against multi and single, all at the tuned settings (d=64, 750
 # steps), at one commit (0530f8b) on one machine; python lab/depthsup/verdict.py writes the verdict
-# (results/depthsup/verdict.md) and checks that multi and single trained here measure exactly as
-# issue 48's campaign's (results/noise, at 7317180). Run from the repository root with
+# (lab/depthsup/verdict.md) and checks that multi and single trained here measure exactly as
+# issue 48's campaign's (lab/noise, at 7317180). Run from the repository root with
 # data/topics_byte prepared (about 28 runs at 2 jobs of one thread: about 2.5 hours on 2 cores).
 # The variants left the code after it (RESULTS.md, "Weighted, curriculum and consistency
 # multi-depth supervision"): to rerun one, check out 0530f8b, prepare data/topics_byte and
@@ -11,14 +11,14 @@
 # --models=weighted-2+w100+lr4.5e-3 --results=out-x --runs=out-x/runs (multi and single run here).
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
-run() { python lab/frontier.py --results=results/depthsup --runs=runs-depthsup --jobs=2 "$@"; }
+run() { python lab/frontier.py --results=lab/depthsup --runs=runs-depthsup --jobs=2 "$@"; }
 # 1. a seed-1 screen of each family, beside multi and single
 run --seeds="(1,)" --models=multi+$T,single+$T,weighted-1+$T,weighted-2+$T,deep-first+$T,shallow-first+$T,consist-0.1+$T,consist-1+$T,consist-10+$T
 # each family's pick: the lowest val NLL at the trained depth (k=12) at seed 1
 pick() {
   python -c "
 import json, sys
-nll = lambda arm: next(p['nll'] for p in json.load(open(f'results/depthsup/runs/{arm}+$T-s1.json'))['val']['fixed'] if p['t'] == 12)
+nll = lambda arm: next(p['nll'] for p in json.load(open(f'lab/depthsup/runs/{arm}+$T-s1.json'))['val']['fixed'] if p['t'] == 12)
 print(min(sys.argv[1:], key=nll))" "$@"
 }
 W=$(pick weighted-1 weighted-2); C=$(pick deep-first shallow-first); K=$(pick consist-0.1 consist-1 consist-10)
@@ -30,5 +30,5 @@ run --seeds="(1,2,3)" --models=$ARMS,single+$T
 run --seeds="(1,2,3,4,5)" --models=$ARMS
 run --seeds="(1,2,3,4,5)" --models=$ARMS,single+$T
 # 3. the findings page over every run, and the verdict
-python lab/frontier.py --results=results/depthsup --from_runs=True
+python lab/frontier.py --results=lab/depthsup --from_runs=True
 python lab/depthsup/verdict.py

@@ -1,6 +1,6 @@
 """Issue 50's verdict: can weighted, curriculum or consistency-trained multi-depth supervision keep
 multi's free early exit and gain depth? From the campaign's runs (bash lab/depthsup/campaign.sh):
-$ python lab/depthsup/verdict.py            -> results/depthsup/verdict.md (or FOLDER/verdict.md)
+$ python lab/depthsup/verdict.py            -> lab/depthsup/verdict.md (or FOLDER/verdict.md)
 Every difference is paired by seed, on the same held-out rows; a **finding** beyond t(0.975, n-1)
 standard errors (lab/frontier.py's verdict). The questions, each answered by that rule:
 - free exit kept: the variant's k=1 penalty (k=1 minus its best depth) is not a finding above
@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
 import frontier as fr
 
-RESULTS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(fr.HERE, 'results', 'depthsup')
+RESULTS = sys.argv[1] if len(sys.argv) > 1 else os.path.join(fr.HERE, 'lab', 'depthsup')
 TUNED = 'w100+lr4.5e-3'
 FAMILIES = {'weighted': ['weighted-1', 'weighted-2'], 'curriculum': ['deep-first', 'shallow-first'],
             'consistency': ['consist-0.1', 'consist-1', 'consist-10']}
@@ -54,9 +54,9 @@ def answers(runs, arm):
     return d, said
 
 def reproduced(runs):
-    """multi and single, trained here and by issue 48's campaign (results/noise, at 7317180):
+    """multi and single, trained here and by issue 48's campaign (lab/noise, at 7317180):
     the seeds whose val NLL at every depth is the same to the last digit, and the others."""
-    noise = fr.read_runs(os.path.join(fr.HERE, 'results', 'noise'))
+    noise = fr.read_runs(os.path.join(fr.HERE, 'lab', 'noise'))
     lines = []
     for arm in (f'multi+{TUNED}', f'single+{TUNED}'):
         both = sorted(set(runs.get(arm, {})) & set(noise.get(arm, {})))
@@ -73,7 +73,7 @@ def main():
     arms = [a for a in ['multi', 'single', *picks] if f'{a}+{TUNED}' in runs]
     seeds = {a: len(runs[f'{a}+{TUNED}']) for a in arms}
     lines = ["# Weighted, curriculum and consistency multi-depth supervision (issue 50)\n",
-             f"Written by `python lab/depthsup/verdict.py` from `results/depthsup/runs/*.json` "
+             f"Written by `python lab/depthsup/verdict.py` from `lab/depthsup/runs/*.json` "
              f"(`bash lab/depthsup/campaign.sh`). d=64, 750 steps, the tuned settings (warmup "
              f"100, learning rate 4.5e-3), byte-level topics; val NLL on the same 160 held-out "
              f"rows. weighted-p: depth d's loss weighs d ** p (multi: p = 0); deep-first / "
@@ -109,7 +109,7 @@ def main():
     where = sorted({f"{x['ran_on']['commit']} ({x['ran_on']['cpu']}, torch {x['ran_on']['torch']})"
                     for per in runs.values() for x in per.values() if 'ran_on' in x})
     lines.append(f"Where the runs ran: {'; '.join(where)}. Reproduced across commits (val NLL at "
-                 f"every depth, as at 7317180 in results/noise): {reproduced(runs)}\n")
+                 f"every depth, as at 7317180 in lab/noise): {reproduced(runs)}\n")
     text = '\n'.join(lines)
     with fr.written(os.path.join(RESULTS, 'verdict.md')) as f:  # whole, or the old page kept
         f.write(text)

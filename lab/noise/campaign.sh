@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Issue 48's campaign: plain gradient noise (train.py --grad_noise=r) against the gate recipe and
 # multi, all at the tuned settings (d=64, 750 steps), trained at one commit (7317180) on one
-# machine; results/noise/verdict.md has the verdict (python lab/noise/verdict.py). grad_noise left
+# machine; lab/noise/verdict.md has the verdict (python lab/noise/verdict.py). grad_noise left
 # the code after it (RESULTS.md, "Plain gradient noise"): to rerun an arm, check out 7317180, where
-# this script was results/noise/campaign.sh and ran `python frontier.py` (now lab/frontier.py),
+# this script was lab/noise/campaign.sh and ran `python frontier.py` (now lab/frontier.py),
 # prepare data/topics_byte and data/sft_byte there, and run it from that checkout's root
 # (about 30 runs at 2 jobs of one thread: about 3 hours on 2 cores).
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
-run() { python lab/frontier.py --results=results/noise --runs=runs-noise --jobs=2 "$@"; }
+run() { python lab/frontier.py --results=lab/noise --runs=runs-noise --jobs=2 "$@"; }
 # 1. a seed-1 screen of r, beside multi and the gate recipe
 run --seeds="(1,)" --models=multi+$T,exit-10-early+$T,multi+$T+n0.5,multi+$T+n1,multi+$T+n2,multi+$T+n4
 # (r grew better up to 4 at iter 450 of seed 1: the screen goes on to 8 and 16)
@@ -16,7 +16,7 @@ run --seeds="(1,)" --models=multi+$T+n8,multi+$T+n16
 # the best r: the lowest val NLL at k=12 at seed 1
 R=$(python -c "
 import json
-nll = {r: next(p['nll'] for p in json.load(open(f'results/noise/runs/multi+$T+n{r}-s1.json'))['val']['fixed'] if p['t'] == 12) for r in ('0.5', '1', '2', '4', '8', '16')}
+nll = {r: next(p['nll'] for p in json.load(open(f'lab/noise/runs/multi+$T+n{r}-s1.json'))['val']['fixed'] if p['t'] == 12) for r in ('0.5', '1', '2', '4', '8', '16')}
 print(min(nll, key=nll.get))")
 echo "best r at seed 1: $R"
 # 2. the best r at 5 seeds beside multi and the gate recipe, on the same batches

@@ -1,6 +1,6 @@
 """Issue 48's verdict: is the gate recipe's lead plain gradient noise? From the campaign's runs
-(results/noise/runs/*.json), every difference paired by seed, val NLL at k=12:
-$ python lab/noise/verdict.py            -> results/noise/verdict.md
+(lab/noise/runs/*.json), every difference paired by seed, val NLL at k=12:
+$ python lab/noise/verdict.py            -> lab/noise/verdict.md
 The rule (RESULTS.md): plain noise is the recipe if it gets at least 80% of the gate recipe's lead
 over multi and the difference between the two is not a finding (t(0.975, n-1) standard errors)."""
 import os, sys, glob, json, math
@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import page
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..')
-RUNS = os.path.join(ROOT, 'results', 'noise', 'runs')
+RUNS = os.path.join(ROOT, 'lab', 'noise', 'runs')
 T975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365}
 TUNED = 'w100+lr4.5e-3'
 
@@ -49,7 +49,7 @@ def main():
     screen = sorted((float(n.rsplit('+n', 1)[1]), n) for n in r
                     if n.startswith(f'multi+{TUNED}+n') and 1 in r[n])
     lines = ["# Plain gradient noise against the gate recipe (issue 48)\n",
-             "Written by `python lab/noise/verdict.py` from `results/noise/runs/*.json` "
+             "Written by `python lab/noise/verdict.py` from `lab/noise/runs/*.json` "
              "(`bash lab/noise/campaign.sh`). Val NLL at k=12 (a plain transformer: its own "
              "depth), d=64, 750 steps, the tuned settings (warmup 100, learning rate 4.5e-3); "
              "noise: `--grad_noise=r` in steps 0-99. A difference is paired by seed and is a "
@@ -96,7 +96,7 @@ def main():
                     for per in r.values() for x in per.values() if 'ran_on' in x})
     lines.append(f"\nWhere the runs ran: {'; '.join(where)}.\n")
     text = '\n'.join(lines)
-    out = os.path.join(ROOT, 'results', 'noise', 'verdict.md')
+    out = os.path.join(ROOT, 'lab', 'noise', 'verdict.md')
     page.drawn(out, text)
     print(text)
 

@@ -1,6 +1,6 @@
 """bench.py's ratios of two trees, paired run by run: FOLDER/A-<i>.md and B-<i>.md are bench.py's
 outputs, run in turn (A B A B ...); writes FOLDER.md, each ratio's mean B - A over the pairs.
-$ python lab/redesign/bench_pairs.py results/redesign/bench_c2945b8 "c2945b8" "ae360c4" """
+$ python lab/redesign/bench_pairs.py lab/redesign/bench_c2945b8 "c2945b8" "ae360c4" """
 import os, re, sys, glob, statistics as st
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
 import page

@@ -5,7 +5,7 @@ eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be 
 What left the code on purpose is left out of the comparison: the absolute-residual probe (an
 eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680.
 $ python lab/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
-Writes results/redesign/bitid.md (of the checkout it runs from), never over one there."""
+Writes lab/redesign/bitid.md (of the checkout it runs from), never over one there."""
 import os, sys, json, subprocess, tempfile
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
@@ -18,7 +18,7 @@ if len(sys.argv) > 3:  # some of them: smoke,cpu_act (a quick check that it can 
 STEPS = ['--max_iters=12', '--lr_decay_iters=12', '--warmup_iters=4', '--eval_interval=12',
          '--eval_iters=2', '--log_interval=4']
 A, B = (os.path.abspath(p) for p in sys.argv[1:3])
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'results', 'redesign')
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lab', 'redesign')
 # the whole check writes its page (checked now, before the work); some of the configs print only
 write = page.measured(os.path.join(HERE, 'bitid.md')) if len(sys.argv) <= 3 else None
 ENV = {**os.environ, 'OMP_NUM_THREADS': '1'}

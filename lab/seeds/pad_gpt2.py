@@ -1,7 +1,7 @@
 """The pad share of the paper's suffix (targets 193..255 of 256) on the topics' held-out documents
 tokenized with GPT-2, the way eval.py packs them (pack_docs, suffix_nll's real mask), per topic:
 $ export TIKTOKEN_CACHE_DIR=../shared/tiktoken
-$ PYTHONPATH=. python lab/seeds/pad_gpt2.py > results/seeds/pad_gpt2.txt
+$ PYTHONPATH=. python lab/seeds/pad_gpt2.py > lab/seeds/pad_gpt2.txt
 """
 import eval as ev
 from prepare import get_tokenizer, read_eval_docs

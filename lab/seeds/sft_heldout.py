@@ -1,6 +1,6 @@
 """Are the held-out SFT samples held out? Counts them, their answer tokens, and how many occur
 verbatim in the pre-training data or share a prompt or an answer with an SFT training row:
-$ PYTHONPATH=. python lab/seeds/sft_heldout.py > results/seeds/sft_heldout.txt
+$ PYTHONPATH=. python lab/seeds/sft_heldout.py > lab/seeds/sft_heldout.txt
 """
 import collections
 import numpy as np
