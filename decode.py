@@ -1,35 +1,12 @@
 """
 Depth-aware decoding, what model.py's plain generate leaves out (nanochat's engine.py split):
-the post-hoc exits that the per-token loop takes (`model(idx, exit=('maxprob', 0.9))` stops each
-token once it is confident), a KV cache with a slot for every block application and one rule for
-the slots a stopped token skips, the sampling extras (top_p, repetition penalty), cached
-generation that reports each token's depth; and autocast, the dtype a script runs the model in.
+a KV cache with a slot for every block application and one rule for the slots a stopped token
+skips (model.py's per-token exits: `model(idx, exit=('maxprob', 0.9))`), the sampling extras
+(top_p, repetition penalty), cached generation that reports each token's depth; and autocast,
+the dtype a script runs the model in.
 """
 import torch
 import torch.nn.functional as F
-
-class Exit:
-    """A post-hoc exit: after step i, exit(i, z, resid, running) -> (B, T) bool, True where a
-    token stops now. 'maxprob': once the readout's top probability reaches t; 'resid': once the
-    relative residual is below t."""
-    ponder = None
-
-    def __init__(self, model, exit, segment, cache=None):
-        if exit[0] not in model.config.exit_kinds():
-            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t) on a tied loop "
-                             "without an ACT gate (it picks each token's depth itself)")
-        self.kind, self.t = exit
-        self.model, self.segment, self.cache = model, segment, cache
-
-    def __call__(self, i, z, resid, running):
-        if self.kind == 'resid':
-            return resid < self.t
-        # maxprob: this readout has cache slots of its own (see KVCache)
-        probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
-        return probs.amax(-1) >= self.t
-
-    def output(self, z):
-        return z
 
 class KVCache:
     """Keys and values for generation, preallocated as in gpt-fast. Every block APPLICATION has a
@@ -52,20 +29,28 @@ class KVCache:
             self.kv[slot] = (k.new_empty(shape), v.new_empty(shape))
         keys, values = self.kv[slot]
         now = slice(self.pos, self.pos + k.size(2))
-        if self.stopped is not None and slot[1] > 0:  # a stopped token keeps its last run slot's
+        loop_slot = isinstance(slot[0], int) and slot[1] > 0  # (a loop's iteration after its first)
+        if self.stopped is not None and loop_slot:  # a stopped token keeps its last run slot's
             last = self.kv[(slot[0], slot[1] - 1, *slot[2:])]  # keys and values
             k, v = (torch.where(self.stopped[:, None, :, None], old[:, :, now], new)
                     for new, old in zip((k, v), last))
         keys[:, :, now], values[:, :, now] = k, v
         return keys[:, :, :now.stop], values[:, :, :now.stop]
 
-    def skip(self, segment, i, k, T):
-        """Every token of the chunk stopped after i iterations: iterations i..k-1 are not run, and
-        each of their slots gets the keys and values of iteration i - 1's (the rule above)."""
-        now = slice(self.pos, self.pos + T)
-        for slot in [slot for slot in self.kv if slot[:2] == (segment, i - 1)]:
-            for j in range(i, k):
-                self.update((segment, j, *slot[2:]), *(t[:, :, now] for t in self.kv[slot]))
+    def stop(self, stopped, segment, i, k):
+        """Before iteration i of a per-token loop (model.Loop.per_token): the tokens that have
+        stopped. If all have, iterations i..k-1 are not run, and each of their slots gets the keys
+        and values of iteration i - 1's (the rule above)."""
+        self.stopped = stopped if stopped.any() else None
+        if stopped.all():
+            now = slice(self.pos, self.pos + stopped.size(1))
+            for slot in [slot for slot in self.kv if slot[:2] == (segment, i - 1)]:
+                for j in range(i, k):
+                    self.update((segment, j, *slot[2:]), *(t[:, :, now] for t in self.kv[slot]))
+
+    def advance(self, T):  # a forward pass is done: its T tokens are cached
+        self.pos += T
+        self.stopped = None
 
 def sampling_probs(logits, idx, temperature, top_k, top_p, repetition_penalty):
     """The next token's distribution from the last logits (B, vocab); idx: the context so far."""

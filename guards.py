@@ -349,13 +349,12 @@ def check_kept(given, run, config, fixed):  # a given key the run fixes must agr
         raise InputError(f"{said}: the run in {where} has {typed(key, run[key])}, which {doing} "
                          "cannot change: drop it, or train a new --out_dir")
 
-def check_run(config, defaults):  # train.py's settings, merged with a run's -> the device
+def check_run(config, defaults):  # train.py's settings, merged with a run's
     check_rules(KEYS['train.py'][1], config, defaults)
     world, steps = int(os.environ.get('WORLD_SIZE', 1)), config['gradient_accumulation_steps']
     if steps % world:
         raise InputError(f"--gradient_accumulation_steps={steps} counts the micro steps of all "
                          f"{world} processes: give a multiple of {world}")
-    return get_device(config['device'])
 
 def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  # s: settings
     T, row = s['block_size'], meta['row']
@@ -383,7 +382,7 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
     if not math.isfinite(lossf):  # (the float settings this run gives: the likely cause)
         given = ' '.join(typed(k, s[k]) for k in sorted(given) if type(s[k]) is float)
-        raise InputError(f"loss is {lossf} at iter {iter_num + 1} (last good loss {last_loss}); "
+        raise InputError(f"loss is {lossf} at iter {iter_num} (last good loss {last_loss}); "
                          f"alphas {alphas}. Lower --learning_rate or --alpha_init"
                          f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "
                          "overwritten.")
@@ -446,12 +445,13 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish th
             print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
                   f"with  {resume_command()}  (again: stop at once)")
 
-    def asked(self, ddp, device):  # by any process? (all must agree, or the others would hang)
-        import torch
-        asked = torch.tensor(float(len(self.signals)), device=device)
-        if ddp:
-            torch.distributed.all_reduce(asked)
-        return asked.item() > 0
+    def read(self, loss, val, ddp):  # -> (the loss, asked to stop?): one read of the device
+        import torch  # (a val loss that is not finite counts as the loss: the run diverged)
+        flags = torch.stack([loss, *loss.new_tensor([len(self.signals), val])])
+        if ddp:  # any rank asked, or diverged: all stop together, or the others would hang
+            torch.distributed.all_reduce(flags)
+        lossf, asked, val = flags.tolist()
+        return (lossf if math.isfinite(val) else val), asked > 0
 
     def exit(self):  # a signal: exit as a shell reports it (130 Ctrl-C, 143 SIGTERM, 141 a pipe)
         if self.signals:

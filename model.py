@@ -1,8 +1,9 @@
 """
 A tied-depth ("looped") GPT, each tied segment (Loop) one block run k times:
     emb + pos -> LN -> prelude -> [A x k_A][B x k_B]... -> coda -> LN -> head
-Top to bottom: the config, the blocks, the tied loop (alpha, phantom, per-token depth), ACT, then
-GPT: GPT.forward, GPT.objective, readout, generate. Beside it: decode.py, exitgate.py (GUIDE.md).
+Top to bottom: the config, the blocks, the tied loop (alpha, phantom, per-token depth), the rules
+that stop a token (StopRule: a post-hoc Exit, ACT's gate), then GPT: forward, objective, readout,
+generate. Beside it: exitgate.py (a part of the model), decode.py (the cache), GUIDE.md.
 """
 import math
 from dataclasses import dataclass
@@ -11,8 +12,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
-from decode import Exit
 from exitgate import ExitGate
+
+def need(ok, why):  # GPTConfig's checks: bad input to the model, said in words
+    if not ok:
+        raise ValueError(f"GPTConfig: {why}")
 
 @dataclass
 class GPTConfig:
@@ -99,11 +103,17 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x), cache, slot)
         return x + self.mlp(self.ln2(x))
 
-class Run(NamedTuple):  # what a segment's loop reports besides its output
-    depth: object   # iterations per token: an int (every token ran k), or a (B, T) tensor
-    ponder: object  # ACT: the ponder cost per token, N + R (B, T); None without the gate
-    resid: object   # per token, |z_k - z_(k-1)| / |z_(k-1)| of its last step (0 in training)
-    states: list    # the state after each step: for multi-depth supervision
+@torch.no_grad()
+def residual(z_new, z):
+    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: the study's probe, and the 'resid' exit's."""
+    step = torch.linalg.vector_norm(z_new - z, dim=-1)
+    return step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
+
+class LoopReport(NamedTuple):  # what a segment's loop reports besides its output z
+    depth: torch.Tensor | int    # iterations per token (B, T), or k when every token ran k
+    ponder: torch.Tensor | None  # ACT: each token's ponder cost N + R (B, T); else None
+    resid: torch.Tensor          # each token's relative residual at its last step (B, T)
+    states: list                 # the state after each step (multi-depth supervision reads them)
 
 class Loop(nn.Module):
     """One tied segment: the same block applied k times, z <- z + alpha * (block(z) - z)."""
@@ -144,21 +154,20 @@ class Loop(nn.Module):
                 states.append(z)
         # the probe, for evaluation: training needs none
         resid = torch.zeros(z.shape[:2], device=z.device) if self.training else residual(z, z_prev)
-        return z, Run(k, None, resid, states)
+        return z, LoopReport(k, None, resid, states)
 
     def per_token(self, z, k, rule, cache=None, segment=0):
-        """Per-token depth: a stopped token's state is frozen; the others still attend to it."""
+        """Per-token depth: after each step a StopRule says which tokens stop; a stopped token's
+        state is frozen, and the tokens after it still attend to it."""
         running = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device)
         depth = torch.zeros(z.shape[:2], dtype=torch.long, device=z.device)
         resid, states = torch.zeros(z.shape[:2], device=z.device), []
         for i in range(k):
+            if cache is not None:  # what a stopped token leaves in the cache: decode.KVCache
+                cache.stop(~running, segment, i, k)
             # evaluating: stop once all have (in training it would break the compiled graph)
             if not self.training and not running.any():
-                if cache is not None:
-                    cache.skip(segment, i, k, z.size(1))
                 break
-            if cache is not None:  # what a stopped token leaves in the cache: decode.KVCache
-                cache.stopped = None if running.all() else ~running
             z_new = self.step(z, i, cache, segment)
             r = residual(z_new, z)
             z = torch.where(running[..., None], z_new, z)  # stopped tokens stay frozen
@@ -166,14 +175,38 @@ class Loop(nn.Module):
             resid = torch.where(running, r, resid)
             running = running & ~rule(i, z, r, running)
             states.append(z)
-        if cache is not None:
-            cache.stopped = None
-        return rule.output(z), Run(depth, rule.ponder, resid, states)
+        return rule.output(z), LoopReport(depth, rule.ponder, resid, states)
 
-class ACT:
-    """Graves' adaptive computation time, called like an Exit: after each step the gate gives each
-    running token a halting probability h; it halts once their sum reaches 1 - eps (or at step
-    k), that step weighed by the remainder R. Output: the weighted mean of the states."""
+class StopRule:
+    """What per_token asks after step i: rule(i, z, resid, running) -> (B, T) bool, True where a
+    running token stops now. rule.output(z) is the segment's output, rule.ponder ACT's cost per
+    token (None for the others). Two kinds: a post-hoc Exit, and ACT's learned gate."""
+    ponder = None
+
+    def output(self, z):
+        return z
+
+class Exit(StopRule):
+    """A post-hoc exit on a trained model: 'maxprob' stops a token once the readout's top
+    probability reaches t; 'resid' once its relative residual falls below t."""
+    def __init__(self, model, exit, segment, cache=None):
+        if exit[0] not in model.config.exit_kinds():
+            raise ValueError(f"exit={exit}: use ('maxprob', t) or ('resid', t) on a tied loop "
+                             "without an ACT gate (it picks each token's depth itself)")
+        self.kind, self.t = exit
+        self.model, self.segment, self.cache = model, segment, cache
+
+    def __call__(self, i, z, resid, running):
+        if self.kind == 'resid':
+            return resid < self.t
+        # maxprob: this readout has cache slots of its own (see decode.KVCache)
+        probs = self.model.readout(z, self.cache, (self.segment, i)).float().softmax(-1)
+        return probs.amax(-1) >= self.t
+
+class ACT(StopRule):
+    """Graves' adaptive computation time: after each step the gate gives each running token a
+    halting probability h; it halts once their sum reaches 1 - eps (or at step k), that step
+    weighed by the remainder R. Output: the weighted mean of the states."""
     def __init__(self, gate, k, z, eps=0.01):
         self.gate, self.k, self.eps = gate, k, eps
         self.cum = torch.zeros(z.shape[:2], device=z.device)  # the sum of h so far
@@ -268,7 +301,7 @@ class GPT(nn.Module):
                     ponder=sum(run.ponder for run in runs).mean() if self.config.act else None,
                     resid=runs[-1].resid if runs else zeros)
         if cache is not None:
-            cache.pos += T
+            cache.advance(T)
         loss, info['losses'] = None, {}
         if targets is not None:
             loss, info['losses'] = self.objective(logits, targets, runs, sum(loops), info['ponder'])
@@ -321,13 +354,3 @@ class GPT(nn.Module):
             probs = F.softmax(logits, dim=-1)
             idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
         return idx
-
-@torch.no_grad()
-def residual(z_new, z):
-    """-> |z_k - z_(k-1)| / |z_(k-1)| per token: the study's probe, and the 'resid' exit's."""
-    step = torch.linalg.vector_norm(z_new - z, dim=-1)
-    return step / torch.linalg.vector_norm(z, dim=-1).clamp_min(1e-6)
-
-def need(ok, why):  # GPTConfig's checks: bad input to the model, said in words
-    if not ok:
-        raise ValueError(f"GPTConfig: {why}")

@@ -75,27 +75,31 @@ defaults = {k: globals()[k] for k in config_keys}
 exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator.py')).read())
 config = {k: globals()[k] for k in config_keys}  # as this command sets them
 # -----------------------------------------------------------------------------
-# start: from scratch, or from a checkpoint. Resuming takes the run's own settings but for the
-# keys given here; fine-tuning (init_from=<out_dir>) takes the trained model's architecture
+# start: from scratch, resume this out_dir's run, or fine-tune a trained model (init_from=<dir>)
 given = guards.given_keys(config, defaults)  # the keys this command sets
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
 guards.check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
-iter_num, best_val_loss, ckpt = 0, float('inf'), None
-if init_from == 'resume':
+iter_num, best_val_loss, ckpt, kept = 0, float('inf'), None, {}
+if init_from == 'scratch':
+    pass  # the model is made below, once the data says its vocab_size
+elif init_from == 'resume':
     model, ckpt = guards.load_checkpoint(ckpt_path, GPT.from_checkpoint)
-    run = {k: v for k, v in ckpt['config'].items() if k in config and k not in guards.RUN_ONLY}
     iter_num, best_val_loss = ckpt['iter_num'], ckpt['best_val_loss']
+    # the run's own settings, but for the keys given here (and where it runs: RUN_ONLY)
+    kept = {k: v for k, v in ckpt['config'].items() if k in config and k not in guards.RUN_ONLY}
     print(f"resuming from {ckpt_path} at iter {iter_num}")
-elif init_from != 'scratch':
+else:
     model, ckpt = guards.load_checkpoint(os.path.join(init_from, 'ckpt.pt'), GPT.from_checkpoint,
                                          key='init_from')
-    run = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
+    # the trained model's shape; the schedule and the data are this command's
+    kept = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
     print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
 if ckpt:  # a key given here that the run fixes (its model, its data) must agree with it
-    guards.check_kept(given, run, config, {*asdict(model.config), 'dataset'})
-    config = {**config, **run, **{k: config[k] for k in given}}
-    globals().update(config)
-device = guards.check_run(config, defaults)  # the rules across keys, DDP's share, the device
+    guards.check_kept(given, kept, config, {*asdict(model.config), 'dataset'})
+config = {**config, **kept, **{k: config[k] for k in given}}  # what this command gives wins
+globals().update(config)
+guards.check_run(config, defaults)  # the rules across keys, DDP's share of the batch
+device = guards.get_device(device)  # '' = cuda if there is a GPU, else cpu
 # the data: token streams as np.memmaps, read from disk as they are used (SFT: whole rows)
 data_dir = os.path.join('data', dataset)
 meta = load_meta(data_dir)
@@ -115,7 +119,7 @@ ddp = 'RANK' in os.environ  # started by torchrun? It sets each process's rank, 
 rank, world = int(os.environ.get('RANK', 0)), int(os.environ.get('WORLD_SIZE', 1))
 if ddp:
     dist.init_process_group(backend=backend or ('nccl' if 'cuda' in device else 'gloo'))
-    if 'cuda' in device:  # (check_run gave this rank its own GPU: cuda:LOCAL_RANK)
+    if 'cuda' in device:  # (get_device gave this rank its own GPU: cuda:LOCAL_RANK)
         torch.cuda.set_device(device)
 micro_steps = gradient_accumulation_steps // world  # this process's share of the global batch
 master = rank == 0  # only rank 0 logs and writes checkpoints
@@ -221,7 +225,7 @@ if master:
     print("ran on:", ", ".join(f"{k} {v}" for k, v in guards.ran_on().items()))
     print(f"tokens per iteration: {tokens_per_iter:,}; training from iter {iter_num} to "
           f"{max_iters} on {device}; {precision}")
-last_loss, t0 = None, time.time()
+last_loss, t0, read_at = None, time.time(), iter_num
 while iter_num < max_iters:
     lr = get_lr(iter_num) if decay_lr else learning_rate
     for group in optimizer.param_groups:
@@ -242,36 +246,35 @@ while iter_num < max_iters:
             _, loss, info = model(*get_batch(train_data, rows))
         loss = loss / micro_steps
         loss.backward()
-        loss_sum += loss.detach()
-    loss_sum /= world
-    if ddp:  # every rank must see a NaN, or the others would hang
-        dist.all_reduce(loss_sum)
-    lossf = loss_sum.item()
-    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
+        loss_sum += loss.detach()  # (on the device: read below, once per log_interval)
     if grad_clip != 0.0:  # the gates on their own norm: their early gradient (~9 for the exit
         # gate) must not scale down the language model's whole step
         for group in clip_groups:
             torch.nn.utils.clip_grad_norm_(group, grad_clip)
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    iter_num, last_loss = iter_num + 1, lossf
-    if master and (iter_num % log_interval == 0 or iter_num == 1):
-        steps = log_interval if iter_num > 1 else 1
-        dt, t0 = (time.time() - t0) / steps, time.time()
+    iter_num += 1
+    evaluating = iter_num % eval_interval == 0 or iter_num == max_iters
+    if iter_num % log_interval and iter_num > 1 and not evaluating:
+        continue  # the host reads nothing: the device runs on (nanoGPT's habit)
+    # once per log_interval and before every save, one read: the loss over all ranks, and
+    # whether any rank was asked to stop (under DDP one all_reduce: all stop together)
+    dt, t0 = (time.time() - t0) / (iter_num - read_at), time.time()
+    val = estimate_loss()['val'] if master and evaluating else 0.0
+    lossf, stopping = stop.read(loss_sum / world, val, ddp)
+    guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
+    last_loss, read_at = lossf, iter_num
+    if master:
         print(log_line(lossf, info, lr, dt))
-    if stop.asked(ddp, device):
+    if stopping:
         if master:
             save_checkpoint()
             print(f"interrupted after iter {iter_num}: resume with  {guards.resume_command()}")
         break
-    if master and (iter_num % eval_interval == 0 or iter_num == max_iters):
-        losses = estimate_loss()
-        if not math.isfinite(losses['val']):  # diverged: the next step's check stops every rank
-            print(f"not saving: val loss is {losses['val']}; {ckpt_path} keeps the last good state")
-        elif losses['val'] < best_val_loss or always_save_checkpoint:
-            best_val_loss = min(best_val_loss, losses['val'])
-            save_checkpoint()
-        t0 = time.time()
+    if master and evaluating and (val < best_val_loss or always_save_checkpoint):
+        best_val_loss = min(best_val_loss, val)
+        save_checkpoint()
+    t0 = time.time()
 if ddp:
     dist.barrier()  # the other ranks wait for rank 0's last eval and save, then all end together
     dist.destroy_process_group()

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from dataclasses import asdict
 from dataclasses import asdict as model_args
-from model import ACT, GPT, GPTConfig, ExitGate, Run, residual
-from decode import Exit, KVCache, autocast, generate as cached_generate
+from model import ACT, Exit, GPT, GPTConfig, ExitGate, LoopReport, residual
+from decode import KVCache, autocast, generate as cached_generate
 from guards import load_checkpoint
 
 V = 50  # vocab size of every test model
@@ -65,7 +65,7 @@ def grads(m):
 
 def run_loop(m, idx, seg_i=0, k=None, exit=None):
     """Call segment seg_i directly (input = prelude output, or previous segments run in full) and record the
-    state after every step (a Run's states, with ACT or an exit). -> (out, depth, ponder, resid, states[k+1]),
+    state after every step (a LoopReport's states, with ACT or an exit). -> (out, depth, ponder, resid, states[k+1]),
     states[0] the input."""
     z = embed(m, idx)
     for s, kk in zip(m.segments[:seg_i], m.config.loops):
@@ -843,6 +843,20 @@ def test_one_token_decode_matches_the_batched_protocol(kind):
         for x, y in zip(tensors, two.kv[slot]):
             assert torch.allclose(x[:, :, :12], y[:1, :, :12], atol=1e-5), slot
     assert len(seen) >= 2, "test needs tokens that stop at different depths"
+
+
+@pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])
+def test_a_cached_forward_under_an_exit_gives_the_uncached_logits(kind):
+    """The cache changes no prediction: with per-token depth, a prompt prefilled in one chunk and
+    fed a token at a time give the logits of a forward with no cache (the coda's slots after a
+    per-token loop are the model's own, never rewritten by the stopped-token rule)."""
+    m, exit, idx = mixed_depths(kind)
+    with torch.no_grad():
+        plain = m(idx, exit=exit)[0]
+        chunk = m(idx, exit=exit, cache=KVCache(m.config.block_size))[0]
+        cache = KVCache(m.config.block_size)
+        fed = torch.cat([m(idx[:, t:t + 1], exit=exit, cache=cache)[0] for t in range(12)], 1)
+    assert torch.allclose(chunk, plain, atol=1e-4) and torch.allclose(fed, plain, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["maxprob", "resid", "act"])

@@ -395,3 +395,66 @@ def test_no_rank_touches_a_gpu_but_its_own(given, monkeypatch):
     monkeypatch.delenv('LOCAL_RANK')  # one process: the device as given
     monkeypatch.delenv('RANK')
     assert guards.get_device(given) == 'cuda' and touched[-1] == 'cuda'
+
+
+# ---------------------------------------------------------------- the host reads the device once per log_interval
+COUNTER = r'''
+import json, os, runpy, sys
+import torch, torch.distributed as dist
+repo, out = os.path.realpath(sys.argv[1]), sys.argv[2]
+steps, reads, reduces = [0], [], []
+def counted(kind, real, log):
+    def wrapper(*args, **kw):  # a read asked by the project's code (not torch's own internals;
+        code = sys._getframe(1).f_code  # not get_batch's: its rows are drawn on the host)
+        if os.path.realpath(code.co_filename).startswith(repo) and code.co_name != 'get_batch':
+            log.append((steps[0], kind))
+        return real(*args, **kw)
+    return wrapper
+for name in ('item', 'tolist', '__bool__', '__float__', '__int__', '__format__'):
+    setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name), reads))
+dist.all_reduce = counted('all_reduce', dist.all_reduce, reduces)
+from torch.optim.optimizer import register_optimizer_step_post_hook
+register_optimizer_step_post_hook(lambda *a: steps.__setitem__(0, steps[0] + 1))
+sys.argv, sys.path[0] = ['train.py', *sys.argv[3:]], repo  # (as python train.py would)
+try:
+    runpy.run_path(os.path.join(repo, 'train.py'), run_name='__main__')
+finally:
+    with open(out, 'w') as f:
+        json.dump(dict(reads=reads, reduces=reduces, steps=steps[0]), f)
+'''
+READ_STEPS = {1, 4, 8, 12}  # log_interval 4 (and iter 1), max_iters 12: the last step evaluates and saves
+
+
+@work
+def the_host_reads_the_device_once_per_log_interval(d):
+    make_data(d)
+    (d / 'counter.py').write_text(COUNTER)
+    args = [*TINY, '--max_iters=12', '--log_interval=4', '--eval_interval=1000', '--act=False',
+            '--supervise=(1,)']
+    alone = subprocess.run([sys.executable, 'counter.py', str(REPO), 'alone.json', *args], cwd=d,
+                           env=ENV, capture_output=True, text=True)
+    env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1',
+           'MASTER_PORT': str(master_port())}
+    ranks = [subprocess.Popen([sys.executable, 'counter.py', str(REPO), f'rank{r}.json', *args,
+                               '--gradient_accumulation_steps=2', '--backend=gloo', '--out_dir=ddp'],
+                              cwd=d, env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in (0, 1)]
+    said = [p.communicate(timeout=PATIENCE)[0] for p in ranks]
+    return alone, said, [json.loads((d / f).read_text()) for f in ('alone.json', 'rank0.json', 'rank1.json')]
+
+
+def test_the_host_reads_the_device_once_per_log_interval(job):
+    """nanoGPT's habit: between log lines the device runs on. Counted over 12 steps (the reads the
+    project's code asks for: .item(), .tolist(), bool(), float(), int(), format; and its own
+    all_reduce calls): only after steps 1, 4, 8 and 12 (the last: its evaluation and save too), one
+    all_reduce at each under DDP (the gradients' own go through DDP, not through all_reduce)."""
+    alone, said, counts = job
+    assert alone.returncode == 0, alone.stderr
+    for count in counts:
+        assert count['steps'] == 12, said
+        during = {step for step, _ in count['reads'] if 0 < step < 12}
+        assert during <= READ_STEPS and {1, 4, 8} <= during, count['reads']
+    assert counts[0]['reduces'] == []  # one process: no collective at all
+    for rank in counts[1:]:
+        assert [step for step, _ in rank['reduces']] == sorted(READ_STEPS), rank['reduces']
