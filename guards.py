@@ -1,6 +1,6 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, ast, sys, glob, math, time, fcntl, shlex, atexit, shutil, signal, traceback
+import os, re, ast, sys, glob, json, math, time, fcntl, shlex, atexit, shutil, signal, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 
@@ -397,6 +397,26 @@ def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops
                          "or pick another --out_dir") from None
     atexit.register(os.remove, f.name)  # the run ends: its lock file goes
     return f
+
+def keep_log(path, iter_num):  # a run's log.jsonl: the lines up to the iter it starts from
+    lines = []
+    with suppress(FileNotFoundError, ValueError):  # (a damaged line: the log starts there)
+        for line in open(path, encoding='utf-8'):
+            if json.loads(line)['iter'] > iter_num:
+                break
+            lines.append(line)
+    with written(path) as f:
+        f.writelines(lines)
+
+def append(path, record):  # a line of a run's log: one write, so never a torn line
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, (json.dumps(record) + '\n').encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise refused(path, e, "free some space, or write elsewhere") from None
 
 def ran_on():  # -> where a run runs: commit ('+': the tree differs), torch, CPU, threads
     import platform, subprocess, torch

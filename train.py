@@ -129,8 +129,10 @@ torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 tokens_per_iter = gradient_accumulation_steps * batch_size * block_size
 
-if master:  # one run at a time in out_dir
+if master:  # one run at a time in out_dir; its log keeps what the checkpoint has trained
     lock = guards.lock(out_dir)
+    log_path = os.path.join(out_dir, 'log.jsonl')
+    guards.keep_log(log_path, iter_num if init_from == 'resume' else 0)
 raw_model = model = model.to(device)
 optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), device_type)
 if init_from == 'resume':
@@ -198,18 +200,24 @@ def save_checkpoint():
     guards.save(ckpt, ckpt_path, iter_num)
     print(f"saved checkpoint to {ckpt_path} (iter {iter_num})")
 
-def log_line(lossf, info, lr, dt):
+def log_step(lossf, val, info, lr, dt):
+    """Print the log line; its record goes to out_dir/log.jsonl, a JSON line to plot."""
+    record = dict(iter=iter_num, loss=lossf, val_loss=val, lr=lr, ms=dt * 1000,
+                  tok_s=tokens_per_iter / dt, alphas=raw_model.alphas(),
+                  losses={k: v.item() for k, v in info['losses'].items()})
     line = f"iter {iter_num}: loss {lossf:.4f}"
     if len(info['losses']) > 1:  # multi-depth supervision: the loss at each supervised depth
-        line += ", depths " + " ".join(f"k{k}:{v.item():.3f}" for k, v in info['losses'].items())
+        line += ", depths " + " ".join(f"k{k}:{v:.3f}" for k, v in record['losses'].items())
     if info['ponder'] is not None:  # ACT: the mean depth the gate chose
         line += f", depth {info['depth'].float().mean():.2f} ponder {info['ponder']:.2f}"
     if raw_model.config.loops:
-        line += ", alpha " + "/".join(f"{a:.3f}" for a in raw_model.alphas())
+        line += ", alpha " + "/".join(f"{a:.3f}" for a in record['alphas'])
     line += f", lr {lr:.2e}, {dt * 1000:.0f}ms/iter, {tokens_per_iter / dt:,.0f} tok/s"
     if device_type == 'cuda':  # the most GPU memory the run has held so far
         line += f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB"
-    return line
+    left = round((max_iters - iter_num) * dt)  # at this pace, evaluations aside
+    print(f"{line}, {left // 3600}h{left // 60 % 60:02d}m{left % 60:02d}s left")
+    guards.append(log_path, record)
 
 if master:
     distinct, unrolled = raw_model.num_params()
@@ -265,7 +273,7 @@ while iter_num < max_iters:
     guards.check_loss(lossf, iter_num, last_loss, raw_model.alphas(), ckpt_path, config, given)
     last_loss, read_at = lossf, iter_num
     if master:
-        print(log_line(lossf, info, lr, dt))
+        log_step(lossf, val if evaluating else None, info, lr, dt)
     if stopping:
         if master:
             save_checkpoint()

@@ -25,8 +25,8 @@ def limited(cwd, limit, script, *args):
     return finish(SERVER.start(['-c', LIMITED, str(limit), str(REPO / script), *map(str, args)], cwd, ENV))
 
 
-def listing(folder):
-    return sorted(os.listdir(folder))
+def listing(folder):  # (a run's log.jsonl aside: appended a line at a time, never half a line)
+    return sorted(name for name in os.listdir(folder) if name != 'log.jsonl')
 
 
 def shakespeare(d, n=80):  # a mirror holding a small tinyshakespeare

@@ -458,3 +458,31 @@ def test_the_host_reads_the_device_once_per_log_interval(job):
     assert counts[0]['reduces'] == []  # one process: no collective at all
     for rank in counts[1:]:
         assert [step for step, _ in rank['reduces']] == sorted(READ_STEPS), rank['reduces']
+
+
+# ---------------------------------------------------------------- a run leaves its record: out_dir/log.jsonl
+@work
+def a_run_leaves_its_log_and_a_resume_keeps_what_its_checkpoint_trained(d):
+    make_data(d)
+    args = [*TINY, '--log_interval=2', '--eval_interval=4']
+    first = run(d, 'train.py', *args, '--max_iters=6')  # saves at 4 and 6: the log reaches 6
+    log = (d / 'out' / 'log.jsonl').read_text()
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    ckpt['iter_num'] = 4  # as if it had died after the save at 4: its log lines 5-6 are past it
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
+    return first, log, run(d, 'train.py', *args, '--max_iters=8', '--init_from=resume'), \
+        (d / 'out' / 'log.jsonl').read_text()
+
+
+def test_a_run_leaves_its_log_and_a_resume_keeps_what_its_checkpoint_trained(job):
+    """One JSON line per log line (iter, loss, val_loss at an evaluation, lr, ms, tok_s, alphas),
+    to plot; the log line says the time left; a resume drops the lines its checkpoint never
+    trained (the run died after them) and goes on from there."""
+    first, log, resumed, after = job
+    assert re.search(r'tok/s, \dh\d\dm\d\ds left$', ok(first), re.M)
+    records = [json.loads(line) for line in log.splitlines()]
+    assert [r['iter'] for r in records] == [1, 2, 4, 6]
+    assert [r['val_loss'] is not None for r in records] == [False, False, True, True]
+    assert {'loss', 'lr', 'ms', 'tok_s', 'alphas'} <= set(records[0])
+    ok(resumed)
+    assert [json.loads(line)['iter'] for line in after.splitlines()] == [1, 2, 4, 6, 8]
