@@ -425,6 +425,9 @@ def ran_on():  # -> where a run runs: commit ('+': the tree differs), torch, CPU
                            stderr=subprocess.DEVNULL, text=True).communicate()[0]
     info = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''  # (Linux)
     cpu = re.findall(r'^model name\s*: (.*)', info, re.M) or [platform.machine()]
+    chip = re.search(r'family\s*: (\d+)\nmodel\s*: (\d+)\n(?:.*\n)*?stepping\s*: (\d+)', info)
+    if chip:  # a VM's model name may be only 'AMD EPYC': family, model and stepping name the chip
+        cpu[0] += ' (family {} model {} stepping {})'.format(*chip.groups())
     return dict(commit=git.strip() or 'unknown', torch=torch.__version__, cpu=cpu[0],
                 threads=torch.get_num_threads())
 

@@ -476,8 +476,8 @@ def act_depths(runs, names):
 
 def sft(runs, names):
     answers, padded, topics = get('sft', 'answer'), get('sft', 'with_pad'), get('docs', 'nll')
-    metrics = [('answers (masked)', answers), ('answers + pad', padded),
-               ('suffix masked', get('sft', 'suffix', 'masked')),
+    suffix = get('sft', 'suffix', 'masked')
+    metrics = [('answers (masked)', answers), ('answers + pad', padded), ('suffix masked', suffix),
                ('suffix unmasked', get('sft', 'suffix', 'unmasked')),
                ('topics docs, real tokens', topics)]
     ranks = [[s, what, ' < '.join(sorted(names, key=lambda n: f(runs[n][s])))]
@@ -485,6 +485,9 @@ def sft(runs, names):
              for what, f in metrics[:2]]
     named = [('SFT cost on topics: sft minus single', 'sft', 'single', topics),
              ('SFT cost on topics: plain-sft minus plain', 'plain-sft', 'plain', topics),
+             ('SFT on the suffix, real tokens: sft minus single', 'sft', 'single', suffix),
+             ('SFT on the suffix, real tokens: plain-sft minus plain', 'plain-sft', 'plain',
+              suffix),
              ('tied minus plain, PT, topics', 'single', 'plain', topics),
              ('tied minus plain, SFT answers', 'sft', 'plain-sft', answers),
              ('tied minus plain, SFT answers + pad', 'sft', 'plain-sft', padded),

@@ -13,11 +13,16 @@ from harness import finish, start
 REPO = Path(__file__).resolve().parents[1]
 
 
+AT = r'#\s*at ([0-9a-f]{7,40})\s*$'  # 'python ...   # at 6280d14': it runs as written at that commit
+
+
 def commands(text):
-    """`python ...` / `torchrun ...` in inline code and code blocks, split at &&, no comments."""
+    """`python ...` / `torchrun ...` in inline code and code blocks, split at &&, no comments; not
+    those of an older commit (# at <commit>, below)."""
     spans = re.findall(r'`((?:python|torchrun) [^`]+)`', text)
     for block in re.findall(r'```(?:sh|bash)?\n(.*?)```', text, re.S):
-        spans += [line for line in block.splitlines() if line.startswith(('python ', 'torchrun '))]
+        spans += [line for line in block.splitlines()
+                  if line.startswith(('python ', 'torchrun ')) and not re.search(AT, line)]
     parts = [part for span in spans for part in re.split(r'&&|  then  ', span)]
     return [part.split(' #')[0].strip() for part in parts]
 
@@ -71,6 +76,19 @@ def test_command_runs_as_typed(doc, cmd, parsed):
     if p is not None:  # (python -m pytest -q has no script to check)
         rc, out = parsed[p]
         assert rc == 0, f"{doc}: {cmd!r}\n{out}"
+
+
+@pytest.mark.parametrize('doc', PAGES)
+def test_a_command_of_an_older_commit_is_a_script_that_commit_has(doc):
+    """A command whose code left is shown as it ran, with its commit: 'python frontier.py ...
+    # at 6280d14' (frontier.py was at the root then). That commit must hold its script."""
+    for line in re.findall(r'^\s*((?:python|torchrun) .*)$', (REPO / doc).read_text(), re.M):
+        if (at := re.search(AT, line)):
+            git = lambda *a: subprocess.run(['git', '-C', str(REPO), *a], capture_output=True)
+            if git('cat-file', '-e', f'{at[1]}^{{commit}}').returncode:
+                pytest.skip(f"{at[1]} is not in this clone's history")
+            script = script_and_args(line.split(' #')[0])[0]
+            assert git('cat-file', '-e', f'{at[1]}:{script}').returncode == 0, (doc, line)
 
 
 def test_a_broken_command_is_caught():

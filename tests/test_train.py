@@ -4,7 +4,7 @@ and torchrun, every script run as a subprocess (CPU, tiny models, byte-level dat
 Speed: each script runs in a process forked from one that imported torch once (harness.py, forkserver.py),
 and each test's scripts run in a `@work` function that the module starts in the background (a few threads, in
 test order) as soon as the first test asks; the test itself then only waits for its own results and asserts."""
-import json, re
+import json, os, re
 
 import pytest
 import torch
@@ -168,9 +168,14 @@ def the_log_says_where_the_run_ran(d):
 
 
 def test_the_log_says_where_the_run_ran(job):
-    """Every run's log names its commit ('+': the tree differs from it), torch, CPU and threads."""
+    """Every run's log names its commit ('+': the tree differs from it), torch, CPU and threads;
+    the CPU by its model name and, where /proc/cpuinfo gives them, its family, model, stepping."""
     where = re.search(r'^ran on: commit (\S+), torch (\S+), cpu (.+), threads (\d+)$', job, re.M)
     assert where and where[2] == torch.__version__ and int(where[4]) >= 1
+    info = open('/proc/cpuinfo').read() if os.path.exists('/proc/cpuinfo') else ''
+    name, family = (re.search(rf'^{k}\s*: (.*)', info, re.M) for k in ('model name', 'cpu family'))
+    assert not name or re.fullmatch(re.escape(name[1]) + (
+        rf' \(family {family[1]} model \d+ stepping \d+\)' if family else ''), where[3]), where[3]
     assert re.fullmatch(r'[0-9a-f]{4,}\+?|unknown', where[1]), where[1]
 
 

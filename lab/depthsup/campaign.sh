@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Issue 50's campaign: multi-depth supervision weighted toward the deep depths, in a curriculum,
+# The multi-depth-supervision variants' campaign: weighted toward the deep depths, in a curriculum,
 # or with a consistency loss, against multi and single, all at the tuned settings (d=64, 750
-# steps), at one commit (0530f8b) on one machine; python lab/depthsup/verdict.py writes the verdict
-# (lab/depthsup/verdict.md) and checks that multi and single trained here measure exactly as
-# issue 48's campaign's (lab/noise, at 7317180). Run from the repository root with
-# data/topics_byte prepared (about 28 runs at 2 jobs of one thread: about 2.5 hours on 2 cores).
-# The variants left the code after it (RESULTS.md, "Weighted, curriculum and consistency
-# multi-depth supervision"): to rerun one, check out 0530f8b, prepare data/topics_byte and
-# data/sft_byte there, and run from its root, e.g. python lab/frontier.py --seeds="(9,)"
-# --models=weighted-2+w100+lr4.5e-3 --results=out-x --runs=out-x/runs (multi and single run here).
+# steps), trained at one commit (0530f8b) on one machine; python lab/depthsup/verdict.py (at HEAD)
+# writes the verdict (lab/depthsup/verdict.md) and checks that multi and single trained here
+# measure exactly as the noise campaign's (lab/noise, at 7317180). The variants left the code
+# after c97602b, whose lab/depthsup/campaign.sh is this script as it ran, writing
+# results/depthsup. To rerun it:
+#   git checkout c97602b && bash lab/depthsup/campaign.sh
+# from that checkout's root, with data/topics_byte and data/sft_byte prepared there (about 28 runs
+# at 2 jobs of one thread: about 2.5 hours on 2 cores); one variant at a seed of your own there:
+# python lab/frontier.py --seeds="(9,)" --models=weighted-2+w100+lr4.5e-3 --results=out-x
+# --runs=out-x/runs (multi and single run at HEAD too). This copy, at HEAD, is the record.
+if ! grep -q "weighted-" lab/frontier.py; then
+  echo "error: the variants left the code: git checkout c97602b, then bash lab/depthsup/campaign.sh" >&2
+  exit 1
+fi
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
 run() { python lab/frontier.py --results=lab/depthsup --runs=runs-depthsup --jobs=2 "$@"; }

@@ -1,12 +1,13 @@
-"""Issue 50's verdict: can weighted, curriculum or consistency-trained multi-depth supervision keep
-multi's free early exit and gain depth? From the campaign's runs (bash lab/depthsup/campaign.sh):
+"""Can weighted, curriculum or consistency-trained multi-depth supervision keep multi's free early
+exit and gain depth? The verdict from the campaign's runs (made at 0530f8b by campaign.sh, which
+runs as written at c97602b, the last commit with the variants):
 $ python lab/depthsup/verdict.py            -> lab/depthsup/verdict.md (or FOLDER/verdict.md)
 Every difference is paired by seed, on the same held-out rows; a **finding** beyond t(0.975, n-1)
-standard errors (lab/frontier.py's verdict). The questions, each answered by that rule:
-- free exit kept: the variant's k=1 penalty (k=1 minus its best depth) is not a finding above
-  multi's;
-- depth gained: its NLL at the trained depth (k=12) is a finding below multi's;
-- single's depth scaling recovered: its k=12 NLL is not a finding above single's."""
+standard errors (lab/frontier.py's verdict). Each question is a signed difference; only a finding
+answers it, either way, and a difference that is not one is 'not established', never 'the same':
+- free exit: the variant's k=1 penalty (k=1 minus its best depth) against multi's (above: lost);
+- depth: its NLL at the trained depth (k=12) against multi's (below: gained);
+- single's depth: its k=12 NLL against single's (above: single's lost)."""
 import os
 import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
@@ -45,12 +46,9 @@ def answers(runs, arm):
          'multi: NLL at k=1': fr.paired(runs, a, m, fr.at(1)),
          'multi: NLL at k=24': fr.paired(runs, a, m, past),
          'single: NLL at k=12': fr.paired(runs, a, s, fr.at(12))}
-    finding = lambda diffs, sign: fr.verdict(diffs).startswith('**') and sign * fr.stats(
-        diffs)[0] > 0
-    said = {"free exit kept (k=1 penalty: no finding above multi's)":
-            not finding(d['multi: the k=1 penalty'], +1),
-            'depth gained (k=12: a finding below multi)': finding(d['multi: NLL at k=12'], -1),
-            "single's k=12 kept (no finding above it)": not finding(d['single: NLL at k=12'], +1)}
+    said = {"free exit: k=1 penalty against multi's (above: lost)": d['multi: the k=1 penalty'],
+            "depth: k=12 against multi's (below: gained)": d['multi: NLL at k=12'],
+            "single's depth: k=12 against single's (above: lost)": d['single: NLL at k=12']}
     return d, said
 
 def reproduced(runs):
@@ -64,18 +62,25 @@ def reproduced(runs):
         lines.append(f"{arm}: the same at seeds {same or 'none'} of {both}.")
     return ' '.join(lines)
 
-def answer(yes, seeds):  # the rule decides nothing under 3 seeds
-    return 'no verdict' if seeds < 3 else 'yes' if yes else 'no'
+def answer(diffs):  # a finding says which way; else 'not established', with the seeds' signs
+    said = fr.verdict(diffs)
+    if said.startswith('**'):  # '**finding** (+3.4 SE)'
+        return f"{'above' if fr.stats(diffs)[0] > 0 else 'below'}: a finding {said[12:]}"
+    above = f"; above at {sum(x > 0 for x in diffs)} of {len(diffs)} seeds)"
+    return said if said.startswith('no verdict') else said[:-1] + above
 
 def main():
     runs = fr.read_runs(RESULTS)
     text, picks = screen(runs)
     arms = [a for a in ['multi', 'single', *picks] if f'{a}+{TUNED}' in runs]
     seeds = {a: len(runs[f'{a}+{TUNED}']) for a in arms}
-    lines = ["# Weighted, curriculum and consistency multi-depth supervision (issue 50)\n",
-             f"Written by `python lab/depthsup/verdict.py` from `lab/depthsup/runs/*.json` "
-             f"(`bash lab/depthsup/campaign.sh`). d=64, 750 steps, the tuned settings (warmup "
-             f"100, learning rate 4.5e-3), byte-level topics; val NLL on the same 160 held-out "
+    lines = ["# Weighted, curriculum and consistency multi-depth supervision: free exit and depth"
+             " in one model?\n",
+             f"Written by `python lab/depthsup/verdict.py` from `lab/depthsup/runs/*.json` (made "
+             f"at 0530f8b by `bash lab/depthsup/campaign.sh`, which runs as written at c97602b, "
+             f"the last commit with the variants: `git checkout c97602b`). d=64, 750 steps, the "
+             f"tuned settings (warmup 100, learning rate 4.5e-3), byte-level topics; val NLL on "
+             f"the same 160 held-out "
              f"rows. weighted-p: depth d's loss weighs d ** p (multi: p = 0); deep-first / "
              f"shallow-first: for the first 375 steps the last depth alone / all but it, then "
              f"all; consist-w: multi plus w times the mean KL from the last depth's prediction "
@@ -103,9 +108,10 @@ def main():
                                      fr.policy_rows(runs, f'{a}+{TUNED}', 'frozen maxprob')])]
     if said_all:
         lines += ["## The answers, by the rule\n",
+                  "Each variant minus multi (or single); only a finding answers a question, either "
+                  "way.\n",
                   fr.table(['arm', *next(iter(said_all.values()))],
-                           [[arm, *[answer(v, len(runs[f'{arm}+{TUNED}'])) for v in said.values()]]
-                            for arm, said in said_all.items()])]
+                           [[arm, *map(answer, said.values())] for arm, said in said_all.items()])]
     where = sorted({f"{x['ran_on']['commit']} ({x['ran_on']['cpu']}, torch {x['ran_on']['torch']})"
                     for per in runs.values() for x in per.values() if 'ran_on' in x})
     lines.append(f"Where the runs ran: {'; '.join(where)}. Reproduced across commits (val NLL at "

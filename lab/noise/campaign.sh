@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Issue 48's campaign: plain gradient noise (train.py --grad_noise=r) against the gate recipe and
-# multi, all at the tuned settings (d=64, 750 steps), trained at one commit (7317180) on one
-# machine; lab/noise/verdict.md has the verdict (python lab/noise/verdict.py). grad_noise left
-# the code after it (RESULTS.md, "Plain gradient noise"): to rerun an arm, check out 7317180, where
-# this script was lab/noise/campaign.sh and ran `python frontier.py` (now lab/frontier.py),
-# prepare data/topics_byte and data/sft_byte there, and run it from that checkout's root
-# (about 30 runs at 2 jobs of one thread: about 3 hours on 2 cores).
+# The plain-gradient-noise campaign: train.py --grad_noise=r against the gate recipe and multi,
+# all at the tuned settings (d=64, 750 steps), trained at one commit (7317180) on one machine;
+# lab/noise/verdict.md has the verdict (python lab/noise/verdict.py, at HEAD). grad_noise left the
+# code after 366017d, whose lab/noise/campaign.sh is this script as it ran, writing results/noise
+# (7317180's results/noise/campaign.sh screened r up to 4 only; 8 and 16 followed). To rerun it:
+#   git checkout 366017d && bash lab/noise/campaign.sh
+# from that checkout's root, with data/topics_byte and data/sft_byte prepared there (about 30 runs
+# at 2 jobs of one thread: about 3 hours on 2 cores). This copy, at HEAD, is the record: HEAD's
+# lab/frontier.py has no '+n' setting, so it stops here.
+if ! grep -q "'n': 'grad_noise'" lab/frontier.py; then
+  echo "error: grad_noise left the code: git checkout 366017d, then bash lab/noise/campaign.sh" >&2
+  exit 1
+fi
 set -euo pipefail
 T=w100+lr4.5e-3  # the tuned settings (config/cpu_tuned.py)
 run() { python lab/frontier.py --results=lab/noise --runs=runs-noise --jobs=2 "$@"; }

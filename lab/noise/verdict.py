@@ -1,5 +1,5 @@
-"""Issue 48's verdict: is the gate recipe's lead plain gradient noise? From the campaign's runs
-(lab/noise/runs/*.json), every difference paired by seed, val NLL at k=12:
+"""Is the gate recipe's lead plain gradient noise? The verdict from the campaign's runs
+(lab/noise/runs/*.json, made at 7317180), every difference paired by seed, val NLL at k=12:
 $ python lab/noise/verdict.py            -> lab/noise/verdict.md
 The rule (RESULTS.md): plain noise is the recipe if it gets at least 80% of the gate recipe's lead
 over multi and the difference between the two is not a finding (t(0.975, n-1) standard errors)."""
@@ -48,12 +48,13 @@ def main():
     multi, gate = r.get(f'multi+{TUNED}', {}), r.get(f'exit-10-early+{TUNED}', {})
     screen = sorted((float(n.rsplit('+n', 1)[1]), n) for n in r
                     if n.startswith(f'multi+{TUNED}+n') and 1 in r[n])
-    lines = ["# Plain gradient noise against the gate recipe (issue 48)\n",
-             "Written by `python lab/noise/verdict.py` from `lab/noise/runs/*.json` "
-             "(`bash lab/noise/campaign.sh`). Val NLL at k=12 (a plain transformer: its own "
-             "depth), d=64, 750 steps, the tuned settings (warmup 100, learning rate 4.5e-3); "
-             "noise: `--grad_noise=r` in steps 0-99. A difference is paired by seed and is a "
-             "**finding** beyond t(0.975, n-1) standard errors.\n",
+    lines = ["# Plain gradient noise against the gate recipe: is the recipe's lead plain noise?\n",
+             "Written by `python lab/noise/verdict.py` from `lab/noise/runs/*.json` (made at "
+             "7317180; `bash lab/noise/campaign.sh` runs as written at 366017d, the last commit "
+             "with `--grad_noise`: `git checkout 366017d`). Val NLL at k=12 (a plain "
+             "transformer: its own depth), d=64, 750 steps, the tuned settings (warmup 100, "
+             "learning rate 4.5e-3); noise: `--grad_noise=r` in steps 0-99. A difference is "
+             "paired by seed and is a **finding** beyond t(0.975, n-1) standard errors.\n",
              "## The seed-1 screen of r\n", "| model | val NLL at k=12, seed 1 |", "| --- | --- |"]
     for name in [f'multi+{TUNED}', f'exit-10-early+{TUNED}', *[n for _, n in screen]]:
         if 1 in r.get(name, {}):
