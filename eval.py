@@ -163,7 +163,7 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one mode
     return model.eval(), data_dir, T, precision, report
 
 @torch.no_grad()
-def evaluate(path, model, data_dir, T, html):
+def evaluate(path, model, data_dir, T, html, precision):
     """One checked model, with the settings above -> its report at path, its depth map."""
     c = model.config
     start, columns = suffix(T)
@@ -179,7 +179,10 @@ def evaluate(path, model, data_dir, T, html):
                   residual_probe_r=probes['relative residual'], probes=probes,
                   alphas=model.alphas(), depth_source=source, block_size=T, suffix_start=start,
                   eval_docs=len(docs), skipped_lines=n_bad, exit_kind=exit_kind,
-                  docs=os.path.join(data_dir, 'eval.jsonl'))
+                  docs=os.path.join(data_dir, 'eval.jsonl'),
+                  settings=dict(eval_iters=eval_iters, batch_size=batch_size, max_docs=max_docs,
+                                thresholds=list(thresholds), precision=precision, device=device,
+                                ran_on=guards.ran_on()))  # what this report was computed with
     with guards.written(path) as f:  # written before it is shown: a closed stdout loses nothing
         json.dump(report, f, indent=2)
     if html:  # each topic's first three documents (docs come grouped by topic)
@@ -205,4 +208,4 @@ if __name__ == '__main__':
     for d, (model, data_dir, T, (_, ctx, precision), report) in checked.items():
         print(precision, file=sys.stderr)  # stderr: stdout is the report
         with ctx:
-            evaluate(report, model, data_dir, T, maps[d])
+            evaluate(report, model, data_dir, T, maps[d], precision)

@@ -3,7 +3,8 @@ steps of each model below in two checkouts (A: before, B: after) on the same dat
 then compares the weights (max abs difference: must be 0.0), and for each trained model
 eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be byte-identical).
 What left the code on purpose is left out of the comparison: the absolute-residual probe (an
-eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680.
+eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680; and what
+came in: eval.json's record of its settings and machine ('settings').
 $ python lab/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
 Writes lab/redesign/bitid.md (of the checkout it runs from), never over one there."""
 import os, sys, json, subprocess, tempfile
@@ -55,10 +56,11 @@ rows = ['| config | max abs weight difference | eval.json | sample.py stdout |',
         '| --- | --- | --- | --- |']
 for name in CONFIGS:
     (wa, ea, sa), (wb, eb, sb) = before[name], after[name]
-    ea = json.loads(ea)
+    ea, eb = json.loads(ea), json.loads(eb)
     ea['probes'].pop('absolute residual', None)
+    eb.pop('settings', None)  # (what a report was computed with, where: recorded since 2026-12)
     # (json.dump's own layout: the same text when nothing else differs)
-    ea = json.dumps(ea, indent=2)
+    ea, eb = json.dumps(ea, indent=2), json.dumps(eb, indent=2)
     same_keys = set(wa) == set(wb)
     diff = max((wa[k] - wb[k]).abs().max().item() for k in wa) if same_keys else float('nan')
     rows.append(f"| {name} | {diff if same_keys else 'other tensors: ' + str(set(wa) ^ set(wb))}"
