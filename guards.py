@@ -215,23 +215,31 @@ def check_path(key, value, kind, default):  # -> the path (paths: a,b), ~ and $V
     return ','.join(paths)
 
 def check_output(path, key, folder=False):  # before any work: make what path will be, remove it
-    new = None  # (what the OS will refuse, it refuses now)
-    where = os.path.normpath(path if folder else os.path.dirname(path) or '.')
+    real, through = (path, False) if folder else target(path)  # (what the OS will refuse, it
+    probe = f"{os.path.join(real, 'probe') if folder else real}.{os.getpid()}.tmp"  # refuses now)
+    where = inner = os.path.normpath(os.path.dirname(probe) or '.')  # (probe: its writer's name)
+    new = None
     while where and not os.path.lexists(where):  # new: the first folder it makes
         where, new = os.path.dirname(where), where
-    probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
     try:  # a file where a folder belongs, a read-only disk, a name too long, ...: the OS says
-        if os.path.isdir(path) and not folder:  # (a file's rename onto a folder would fail)
+        if os.path.isdir(real) and not folder:  # (a file's rename onto a folder would fail)
             raise IsADirectoryError(21, 'Is a directory', path)
         os.makedirs(os.path.dirname(probe) or '.', exist_ok=True)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
+        if not through:  # (a device or a FIFO is written through: nothing to make)
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
+            os.remove(probe)
     except OSError as e:
         raise refused(path, e, f"give another --{key}") from None
-    finally:  # nothing is left of the probe
-        if os.path.isfile(probe):
-            os.remove(probe)
-        if new:
-            shutil.rmtree(new, ignore_errors=True)
+    finally:  # nothing is left of the probe, nor of the folders it made (another run's stay)
+        while new and inner != os.path.dirname(new):
+            with suppress(OSError):
+                os.rmdir(inner)  # (one that another run has put a file in stays)
+            inner = os.path.dirname(inner)
+
+def target(path):  # -> where a write of path lands (a link: its target; the link stays), and
+    real = os.path.realpath(path) if os.path.islink(path) else path  # whether it is written
+    return real, os.path.exists(real) and not os.path.isfile(real) and not os.path.isdir(real)
+    # through: a device or a FIFO (/dev/null, a named pipe) is written in place, never replaced
 
 def folders(value):  # --out_dir='a,b' -> ['a', 'b'] (a folder named a,b: whole)
     return [value] if os.path.isdir(value) else value.split(',')
@@ -458,15 +466,17 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish th
             sys.exit(128 + self.signals[0])
 
 @contextmanager
-def saving(path, what=''):  # every file a script writes: path.tmp beside it to write, and once
-    tmp = path + '.tmp'  # it is whole: fsynced, renamed to path. Else path is left as it was
-    try:
-        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)  # (its folder, if new)
+def saving(path, what=''):  # every file a script writes: a temporary file of this run beside it
+    real, through = target(path)  # to write, and once whole: fsynced, renamed to path (a link's
+    tmp = real if through else f'{real}.{os.getpid()}.tmp'  # target; a device: written through)
+    try:  # (else path is left as it was)
+        os.makedirs(os.path.dirname(real) or '.', exist_ok=True)  # (its folder, if new)
         yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        os.fsync(fd)  # (on disk before the rename: a power loss leaves the old file or the new)
-        os.close(fd)
-        os.replace(tmp, path)
+        if not through:
+            fd = os.open(tmp, os.O_RDONLY)
+            os.fsync(fd)  # (on disk before the rename: a power loss leaves the old file or the new)
+            os.close(fd)
+            os.replace(tmp, real)
     except (OSError, RuntimeError) as e:  # any refusal of the OS; torch's writer wraps it
         cause = e if isinstance(e, OSError) else e.__context__
         if isinstance(cause, (SystemExit, KeyboardInterrupt)):  # (a second stop signal)
@@ -477,8 +487,9 @@ def saving(path, what=''):  # every file a script writes: path.tmp beside it to 
         raise refused(f"{path}{what and ' '}{what}", cause, f"{kept}free some space, or write "
                       "elsewhere") from None
     finally:  # (no partial file is left behind)
-        with suppress(OSError):
-            os.remove(tmp)
+        if not through:
+            with suppress(OSError):
+                os.remove(tmp)
 
 @contextmanager
 def written(path, mode='w'):  # -> saving's file, open to write

@@ -6,7 +6,7 @@ change, and nothing the user had is lost.
 Where the process boundary is the point (resume, the dtype a script picks, signals, torchrun's ranks) the scripts
 run as subprocesses in the background (harness.py's @work); the rest run here, as `python SCRIPT ARGS` would
 (runpy), on an untrained tiny checkpoint made by hand: a few ms each."""
-import ast, json, os, runpy, shlex, signal, subprocess, sys
+import ast, json, os, runpy, shlex, signal, stat, subprocess, sys, threading
 from dataclasses import asdict
 
 import numpy as np
@@ -198,12 +198,36 @@ def test_each_model_gets_its_own_depth_map(here, monkeypatch, capsys):
     assert 'the ACT gate' not in (here / 'out' / 'map.html').read_text()
 
 
-def test_a_link_to_nowhere_at_html_is_replaced_by_the_map(here, monkeypatch, capsys):
-    """Every file is written beside its path and renamed onto it: a link there is replaced, not followed."""
-    os.symlink(here / 'no' / 'where.html', here / 'map.html')
-    error, out = script(*EVAL, '--html=map.html', monkeypatch=monkeypatch, capsys=capsys)
-    assert error is None and 'wrote out/eval.json and map.html' in out
-    assert (here / 'map.html').is_file() and not (here / 'map.html').is_symlink()
+def test_a_link_at_html_is_kept_and_its_target_gets_the_map(here, monkeypatch, capsys):
+    """The map is written beside the link's target and renamed onto it: a link to a file, or to nowhere, stays a
+    link (every write used to rename its file onto the link, replacing it)."""
+    (here / 'maps').mkdir()
+    (here / 'maps' / 'old.html').write_text('old')
+    os.symlink(here / 'maps' / 'old.html', here / 'map.html')
+    os.symlink(here / 'no' / 'where.html', here / 'nowhere.html')
+    for link, target in (('map.html', 'maps/old.html'), ('nowhere.html', 'no/where.html')):
+        error, out = script(*EVAL, f'--html={link}', monkeypatch=monkeypatch, capsys=capsys)
+        assert error is None and f'wrote out/eval.json and {link}' in out
+        assert (here / link).is_symlink() and 'depth map' in (here / target).read_text()
+    assert os.listdir(here / 'maps') == ['old.html']  # no temporary file left beside the target
+
+
+def test_a_device_or_a_fifo_at_html_is_written_through(here, monkeypatch, capsys):
+    """--html=a character device (a copy of /dev/null, made with mknod) or a named pipe: written in place, never
+    replaced by a regular file (it used to be: /dev/null as root became a file of HTML)."""
+    if os.geteuid() != 0:
+        pytest.skip('mknod of a character device needs root')
+    os.mknod(here / 'null', 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    os.mkfifo(here / 'pipe')
+    got = []
+    reader = threading.Thread(target=lambda: got.append((here / 'pipe').read_text()), daemon=True)
+    reader.start()  # (it waits for the writer, as `cat pipe` in another terminal)
+    for name in ('null', 'pipe'):
+        error, out = script(*EVAL, f'--html={name}', monkeypatch=monkeypatch, capsys=capsys)
+        assert error is None and f'wrote out/eval.json and {name}' in out
+    assert stat.S_ISCHR(os.stat(here / 'null').st_mode) and stat.S_ISFIFO(os.stat(here / 'pipe').st_mode)
+    reader.join()  # (the pipe was written whole and closed: the reader has its end)
+    assert 'depth map' in got[0] and sorted(os.listdir(here)) == ['data', 'null', 'out', 'pipe']
 
 
 def test_every_model_is_checked_before_any_work(here, monkeypatch, capsys):
@@ -278,7 +302,7 @@ def test_a_reprepare_into_a_folder_it_cannot_write_is_one_line(tmp_path, monkeyp
         monkeypatch.setattr(prepare, 'data_root', str(tmp_path / 'data'))
         monkeypatch.setattr(prepare, 'tokenizer', 'byte')
         with pytest.raises(InputError, match=r'cannot write .*topics_byte: (Read-only file system|Permission '
-                                             r'denied) .*probe.tmp.*: give another --data_root'):
+                                             r'denied) .*probe\.\d+\.tmp.*: give another --data_root'):
             prepare.main()
         assert json.loads((old / 'meta.json').read_text()) == META and os.listdir(old) == ['meta.json']
     finally:
