@@ -396,16 +396,31 @@ def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: s
                          f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "
                          "overwritten.")
 
-def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops if a run dies
-    os.makedirs(out_dir, exist_ok=True)
-    f = open(os.path.join(out_dir, 'train.lock'), 'w')
+def lock(folder, who='training run', key='out_dir'):  # one writer at a time in folder: a lock
+    made = not os.path.isdir(folder)  # that the system drops if its run dies
+    os.makedirs(folder, exist_ok=True)
+    f = open(os.path.join(folder, f"{'train' if key == 'out_dir' else 'prepare'}.lock"), 'a+')
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise InputError(f"another training run is writing to {out_dir}: wait for it to finish, "
-                         "or pick another --out_dir") from None
-    atexit.register(os.remove, f.name)  # the run ends: its lock file goes
+        f.seek(0)  # (the pid that holds it, as it wrote it)
+        pid = f" (pid {f.read().strip()})" * bool(f.tell())
+        raise InputError(f"{folder} is being written by another {who}{pid}: wait for it to "
+                         f"finish, or choose another --{key}") from None
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    f.made = made and folder  # (the folder it made: it goes too, if the run left nothing in it)
+    atexit.register(unlock, f)  # the run ends: its lock goes
     return f
+
+def unlock(f):  # a lock's end (once): its file, the lock, the folder it made if left empty
+    if not f.closed:
+        with suppress(OSError):
+            os.remove(f.name)
+        f.close()
+        with suppress(OSError):
+            f.made and os.rmdir(f.made)
 
 def ran_on():  # -> where a run runs: commit ('+': the tree differs), torch, CPU, threads
     import platform, subprocess, torch

@@ -4,7 +4,7 @@ meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers 
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, io, itertools, json, os, pathlib, random, re, zipfile, zlib
 from contextlib import ExitStack, suppress
-from guards import InputError, check_output, check_prepared, written
+from guards import InputError, check_output, check_prepared, lock, unlock, written
 import numpy as np
 
 dataset = 'topics'  # topics: code, math, dialogue, news, poetry
@@ -274,6 +274,13 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
 def main():
     out_dir = os.path.join(data_root, dataset + '_byte' * (tokenizer == 'byte'))  # topics_byte
     check_output(out_dir, 'data_root', folder=True)
+    held = lock(out_dir, 'prepare.py', 'dataset')  # one prepare.py at a time writes out_dir
+    try:
+        build(out_dir)
+    finally:
+        unlock(held)
+
+def build(out_dir):  # the dataset -> out_dir's four files, each whole before any is renamed in
     eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
     check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
     meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
