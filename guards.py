@@ -181,17 +181,22 @@ def check_keys(table, rules, values, defaults):  # configurator.py: each key, th
     table = domains(table)  # (a key without one is a bug of the script: a KeyError, below)
     for key, default in defaults.items():  # against its domain (a path: ~ and $VAR expanded)
         value, domain = values[key], table[key]
-        floats = [v for v in (value if type(value) is tuple else [value]) if type(v) is float]
-        if not all(abs(v) < 3e38 for v in floats):  # (1e999 reads as inf; nan passes no bound)
-            raise InputError(f"{typed(key, value)}: need a number of float32 range, |x| < 3e38")
+        if lacks := need(key, value, domain):
+            raise InputError(f"{typed(key, value)}: need {lacks}"
+                             + f", e.g. {typed(key, default)}" * ('|x|' not in lacks))
         if domain in PATHS and value != default:
             values[key] = check_path(key, value, domain, default)
-        elif domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
-            rule, _, words = domain.partition('  # ')  # (words: the rule's, else the rule)
-            need = words or re.sub(r'\bx\b', key, rule)
-            raise InputError(f"{typed(key, value)}: need {need}, e.g. {typed(key, default)}")
     if values.get('init_from', '') in ('', 'scratch'):  # (else train.py checks the run's settings)
         check_rules(rules, values, defaults)
+
+def need(key, value, domain):  # -> what a key's value needs and lacks (in words), or ''
+    floats = [v for v in (value if type(value) is tuple else [value]) if type(v) is float]
+    if not all(abs(v) < 3e38 for v in floats):  # (1e999 reads as inf; nan passes no bound)
+        return "a number of float32 range, |x| < 3e38"
+    if domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
+        rule, _, words = domain.partition('  # ')  # (words: the rule's, else the rule)
+        return words or re.sub(r'\bx\b', key, rule)
+    return ''
 
 def check_rules(rules, values, defaults):  # the first rule across keys that values break, in words
     values = {**values, 'changed': {k for k in defaults if values[k] != defaults[k]}}
@@ -286,8 +291,11 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
         if not os.path.isfile(path):  # (a folder; a FIFO would hang the read)
             raise ValueError("not a regular file")
         ckpt = torch.load(path, map_location=device, weights_only=True)
+        check_saved(path, {**ckpt['config'], **ckpt['model_args']})
         model = build(ckpt)  # (another version's: a TypeError, KeyError or RuntimeError)
         ckpt['meta']['tokenizer'], ckpt['config']['dataset']  # (the scripts read them too)
+    except InputError:
+        raise
     except Exception as e:  # not a checkpoint, cut short, unsafe, another version's: one line
         why = ('unsafe: it holds objects other than tensors and plain data' if 'Unsupported global'
                in str(e) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
@@ -299,6 +307,15 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
         raise InputError(f"{path} is damaged: its weights differ from the checksum saved with them "
                          "or are not finite: use a copy of it, or train it again")
     return model.to(device), ckpt
+
+def check_saved(path, saved):  # a checkpoint's settings are input too: each in train.py's domain
+    table, keys = domains(KEYS['train.py'][0]), script_keys  # (and of the type this script's
+    for key, value in saved.items():  # key of that name has)
+        kind = type(value if keys.get(key) is None else keys[key])
+        if lacks := need(key, value, table.get(key, 'any')) or (
+                type(value) is not kind and f"a value of type {kind.__name__}"):
+            raise InputError(f"{path} holds {key} = {value!r}; train.py saves {lacks}: the "
+                             "checkpoint was edited or damaged: use another, or train it again")
 
 def parse_exit(s, config=None, model='the model'):  # 'maxprob:0.9' -> ('maxprob', 0.9)
     kind, _, text = s.partition(':')

@@ -128,6 +128,21 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
                                     ['--estimate=v99', 'no config/v99.py', 'e.g. --estimate=v3']),
     'frontier_a_seed_twice': (None, ('lab/frontier.py', '--seeds=(1,1)'),
                               ["'--seeds=(1, 1)'", 'need a tuple of whole numbers, each once', 'e.g.']),
+    # a checkpoint's settings are input: checked against the command line's domains (a traceback, or a hint to
+    # lower --min_lr for learning_rate='fast')
+    'checkpoint_with_a_negative_batch_size': (lambda d: edit_ckpt(d, lambda c: resumable(c, batch_size=-5)),
+                                              (*[a for a in TRAIN if '--batch_size' not in a], '--max_iters=2',
+                                               '--init_from=resume'),
+                                              ['out/ckpt.pt holds batch_size = -5', 'batch_size >= 1', 'edited']),
+    'checkpoint_with_a_learning_rate_in_words': (
+        lambda d: edit_ckpt(d, lambda c: c['config'].update(learning_rate='fast', min_lr=1e-4)), SAMPLE,
+        ["out/ckpt.pt holds learning_rate = 'fast'", 'learning_rate > 0', 'use another, or train it again']),
+    'checkpoint_with_a_batch_size_of_another_type': (
+        lambda d: edit_ckpt(d, lambda c: c['config'].update(batch_size=4.0)), EVAL,
+        ['out/ckpt.pt holds batch_size = 4.0', 'a value of type int']),
+    'checkpoint_with_heads_that_do_not_divide': (
+        lambda d: edit_ckpt(d, lambda c: c['model_args'].update(n_head=0)), SAMPLE,
+        ['out/ckpt.pt holds n_head = 0', 'n_head >= 1']),
     'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--exit_gate=True'),
                                                    ['--exit_gate=True', 'supervise']),
 }
@@ -137,6 +152,13 @@ def edit_ckpt(d, change):
     ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
     change(ckpt)
     torch.save(ckpt, d / 'out' / 'ckpt.pt')
+
+
+def resumable(ckpt, **config):
+    """ckpt, with an optimizer's state (train.py's, for its model) to resume, and config's settings."""
+    model = GPT(GPTConfig(**ckpt['model_args']))
+    ckpt.update(optimizer=model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), 'cpu').state_dict())
+    ckpt['config'].update(config)
 
 
 def files(d):
