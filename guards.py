@@ -117,7 +117,8 @@ def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one en
         err = "out of memory: " + ('lower --batch_size' if 'batch_size' in script_keys
                                    else 'use a smaller model')
     elif issubclass(kind, OSError) and err.filename is not None:  # a file the OS refused
-        err = f"cannot use {err.filename}: {err.strerror}"
+        err = f"cannot use {err.filename}: {err.strerror}" + (  # (Printed names stdout)
+            ": send it where it can be written (> FILE)" * (err.filename == 'stdout'))
     elif not (issubclass(kind, InputError)  # (or a ValueError of model.py or decode.py: bad input)
               or kind is ValueError and where in ('model.py', 'decode.py')):
         return _default(kind, err, tb)
@@ -546,4 +547,26 @@ def save(ckpt, path, iter_num):  # torch.save, atomically (saving), with its che
     with saving(path, f"(at iter {iter_num})") as tmp, open(tmp, 'wb') as f:
         torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)
 
-sys.excepthook = excepthook  # imported first by every script: its one entry handler
+class Printed:  # every script's stdout: each write flushed, so that one the OS refuses (> /dev/full)
+    def __init__(self, out):  # fails at the print that meets it, named, as one that cannot encode
+        self.out = out  # a character (PYTHONIOENCODING=ascii); the excepthook says it in one line
+
+    def write(self, text):
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except UnicodeEncodeError as e:
+            raise InputError(f"stdout's encoding, {e.encoding}, has no character U+"
+                             f"{ord(e.object[e.start]):04X}: set PYTHONIOENCODING=utf-8 (or a "
+                             "UTF-8 locale)") from None
+        except OSError as e:  # (what is left to print, the exit's flush too, goes nowhere)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            e.filename = e.filename or 'stdout'
+            raise
+
+    def __getattr__(self, name):  # the rest of stdout's: flush, fileno, encoding, ...
+        return getattr(self.out, name)
+
+sys.excepthook = excepthook  # imported first by every script: its one entry handler, from the
+if sys.stdout is sys.__stdout__ and sys.stdout:  # first print on (where no test replaced stdout)
+    sys.stdout = Printed(sys.stdout)
