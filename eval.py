@@ -150,6 +150,7 @@ def print_report(r):  # eval.json's numbers, a line a row
 def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one model, data, checked
     path = os.path.join(out_dir, 'ckpt.pt')
     model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
+    guards.check_memory(ckpt['model_args'], batch_size, False, device)  # before any work
     T = model.config.block_size
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
     data_dir = 'data/' + (dataset or own).removesuffix('_byte') + '_byte' * own.endswith('_byte')

@@ -405,6 +405,38 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  
     if iter_num >= s['max_iters'] and not s['eval_only']:
         at = f"{path} is at iter {iter_num} and " if tune == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
+    check_memory({**s, 'vocab_size': meta['vocab_size'], 'block_size': T}, s['batch_size'],
+                 not s['eval_only'], get_device(s['device']))
+
+def memory(c, rows, train):  # -> about the bytes a step of rows rows of a model needs (c: its
+    d, T, V, loops, sup = (c[k] for k in ('n_embd', 'block_size', 'vocab_size', 'loops', 'supervise'))
+    params = (V + T) * d + 16 * d * d * (c['n_prelude'] + len(loops) + c['n_coda'])  # settings)
+    if not train:  # evaluating: each iteration's state (at up to twice the depth: the depth scan),
+        return 4 * params + 4 * rows * T * (d * (2 * sum(loops) + 16) + 5 * V)  # 5 logits' copies
+    steps = sum(min(k, c['phantom_steps']) if c['phantom'] else k for k in loops)
+    runs = c['n_prelude'] + steps + c['n_coda']  # training: weights, gradients, AdamW's moments;
+    return 16 * params + 4 * rows * T * (26 * d * runs + V * (1 + len(sup)))  # autograd keeps ~26
+    # numbers a token for each block run, and at each readout the logits' log-softmax (what bench.py
+    # --estimate measures: v3 4.99 GiB, measured 4.9; v4 14.2, measured 13.5)
+
+def check_memory(c, rows, train, device):  # before the work: a step's estimate against the
+    fixed, row = memory(c, 0, train), memory(c, 1, train) - memory(c, 0, train)  # memory free
+    where, free = available(device)
+    if free and fixed + rows * row > free:  # (free unknown, 0: not checked)
+        fits = int((free * 3 // 4 - fixed) // row)  # (a quarter left for the rest, and the error)
+        gb = lambda n: f"{n / 1e9:,.{int(n < 1e10)}f} GB"
+        raise InputError(f"{os.path.basename(sys.argv[0])} --batch_size={rows} needs about "
+                         f"{gb(fixed + rows * row)}, {where} has {gb(free)} available: " + (f"try --batch_size={fits}" if fits >= 1 else "the model "
+                                          "alone needs more: a smaller one, or a larger machine"))
+
+def available(device):  # -> (where, the bytes of memory free there now; 0: unknown)
+    if 'cuda' in device:
+        import torch
+        return device, torch.cuda.mem_get_info(device)[0]
+    with suppress(OSError, TypeError):  # (Linux: what it can give without swapping)
+        meminfo = open('/proc/meminfo').read()
+        return 'this machine', 1024 * int(re.search(r'MemAvailable:\s*(\d+)', meminfo)[1])
+    return 'this machine', 0
 
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
     if not math.isfinite(lossf):  # (the float settings this run gives: the likely cause)

@@ -143,6 +143,14 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
     'checkpoint_with_heads_that_do_not_divide': (
         lambda d: edit_ckpt(d, lambda c: c['model_args'].update(n_head=0)), SAMPLE,
         ['out/ckpt.pt holds n_head = 0', 'n_head >= 1']),
+    # a run larger than the memory this machine has: refused before the work (it used to allocate until the OS
+    # refused, or killed it: exit 137)
+    'eval_a_batch_larger_than_the_memory': (None, (*EVAL, '--batch_size=100000000000'),
+                                            ['eval.py --batch_size=100000000000 needs about', 'GB, this machine has',
+                                             'GB available: try --batch_size=']),
+    'train_a_model_larger_than_the_memory': (None, (*TRAIN, '--n_embd=65536', '--out_dir=big'),
+                                             ['train.py --batch_size=2 needs about', 'GB, this machine has',
+                                              'the model alone needs more']),
     'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--exit_gate=True'),
                                                    ['--exit_gate=True', 'supervise']),
 }
