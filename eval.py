@@ -159,7 +159,9 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one mode
                       thresholds)
     # eval.json on the model's own data; eval_<data>.json on other data (each kept)
     name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
-    guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir')
+    copy = '~/' + os.path.basename(os.path.abspath(out_dir))  # (a model folder it cannot write)
+    guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir', fix=(
+        f"copy the model where you can write (cp -r {out_dir} {copy}) and give --out_dir={copy}"))
     precision = autocast(device, dtype, trained=ckpt['config'].get('dtype', ''))
     return model.eval(), data_dir, T, precision, report
 

@@ -5,11 +5,19 @@ from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
-DTYPES = "x in ('', 'float32', 'bfloat16')"  # every script's --dtype
+DTYPES = ("x in ('', 'float32', 'bfloat16')  # empty (the default), float32 or bfloat16; no "
+          "float16 (its gradients would need a loss scaler)")  # every script's --dtype
 PATHS = ('path', 'paths', 'new file', 'new folder')  # the domains that are not a rule on x
 # a rule that reads as Python says itself in words after '  # ' (an error message shows the words)
 NAME = "'/' not in x and x not in ('.', '..')  # the name of a folder in data/, not a path"
 COUNTS = 'all(type(k) is int and k >= 1 for k in x)  # a tuple of whole numbers, each at least 1'
+NANOGPT = {  # nanoGPT's keys that nanoloop has not: what stands for each (else the closest key)
+    'n_layer': "the depth is n_prelude + sum(loops) + n_coda, e.g. --n_prelude=2 '--loops=(30,)' "
+               "--n_coda=2",
+    'init_from': "sample.py and eval.py read --out_dir's checkpoint, e.g. --out_dir=out-smoke",
+    **dict.fromkeys(['wandb_log', 'wandb_project', 'wandb_run_name'],
+                    "no wandb: the run's log is what train.py prints; keep it in a file with "
+                    "python train.py ... | tee train.log")}
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
@@ -139,8 +147,9 @@ def check_arg(arg):  # configurator.py: one argument, before it is read
 
 def check_set(key, value, keys, where=''):  # configurator.py: a key the script has, of its type
     dash, default = '' if where else '--', keys.get(key)  # (where: the config file that sets it)
-    if key not in keys:
-        hint = ''.join(f"; did you mean {dash}{k}?" for k in get_close_matches(key, keys, n=1))
+    if key not in keys:  # (nanoGPT's: what stands for it here)
+        hint = f": nanoloop has no {key}: {NANOGPT[key]}" if key in NANOGPT else ''.join(
+            f"; did you mean {dash}{k}?" for k in get_close_matches(key, keys, n=1))
         raise InputError(f"unknown config key {dash}{key}{where}{hint}")
     if default is not None and type(value) is not type(default):  # (None: any type)
         raise InputError(f"{typed(key, value)}{where}: {key} is of type "
@@ -220,9 +229,9 @@ def check_path(key, value, kind, default):  # -> the path (paths: a,b), ~ and $V
             check_output(path, key, kind == 'new folder')
     return ','.join(paths)
 
-def check_output(path, key, folder=False):  # before any work: make what path will be, remove it
-    real, through = (path, False) if folder else target(path)  # (what the OS will refuse, it
-    probe = f"{os.path.join(real, 'probe') if folder else real}.{os.getpid()}.tmp"  # refuses now)
+def check_output(path, key, folder=False, fix=''):  # before any work: make what path will be,
+    real, through = (path, False) if folder else target(path)  # remove it (what the OS will
+    probe = f"{os.path.join(real, 'probe') if folder else real}.{os.getpid()}.tmp"  # refuse, now)
     where = inner = os.path.normpath(os.path.dirname(probe) or '.')  # (probe: its writer's name)
     new = None
     while where and not os.path.lexists(where):  # new: the first folder it makes
@@ -235,7 +244,7 @@ def check_output(path, key, folder=False):  # before any work: make what path wi
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
             os.remove(probe)
     except OSError as e:
-        raise refused(path, e, f"give another --{key}") from None
+        raise refused(path, e, fix or f"give another --{key}") from None
     finally:  # nothing is left of the probe, nor of the folders it made (another run's stay)
         while new and inner != os.path.dirname(new):
             with suppress(OSError):
@@ -256,7 +265,7 @@ def refused(path, e, fix):  # the OS refused to write path (any errno) -> one li
 
 def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named (a pipe too)
     try:
-        return open(path, encoding='utf-8').read()
+        return open(path, encoding='utf-8-sig').read()  # (a BOM, as Notepad writes, is no text)
     except (OSError, UnicodeDecodeError) as e:  # (not found, a folder, not UTF-8: one line)
         why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e}): save it as UTF-8"
         raise InputError(f"{what} {path}: {why}{hint}") from None
@@ -285,8 +294,13 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
     if not os.path.exists(path):  # a typo? name the out_dir whose ckpt.pt is closest, or the newest
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
         near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]
-        hint = (f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}" if found
+        shown = list(dict.fromkeys(near + found[:4]))  # (the closest and the newest: 5 at most)
+        more = f" and {len(found) - len(shown)} more" * (len(found) > len(shown))
+        hint = (f"; found {', '.join(shown)}{more}: add --{key}={os.path.dirname(near[0])}" if found
                 else f": train one first, or set --{key}")
+        if key == 'init_from' and path.startswith('gpt2'):  # (nanoGPT's GPT-2 weights)
+            hint = (": nanoloop has no GPT-2 weights: --init_from is scratch, resume or a run's "
+                    "out_dir")
         raise InputError(f"no checkpoint at {path}{hint}")
     try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         if not os.path.isfile(path):  # (a folder; a FIFO would hang the read)
@@ -377,6 +391,10 @@ def check_kept(given, run, config, fixed):  # a given key the run fixes must agr
 
 def check_run(config, defaults):  # train.py's settings, merged with a run's -> the device
     check_rules(KEYS['train.py'][1], config, defaults)
+    if (size := config['n_embd'] // config['n_head']) < 8 and os.environ.get('RANK', '0') == '0':
+        print(f"note: --n_embd={config['n_embd']} --n_head={config['n_head']} gives heads of "
+              f"{size} numbers: below 8 a head can tell few tokens apart (GPT-2's have 64); it "
+              "trains, but for a model that learns give fewer --n_head or a larger --n_embd")
     world, steps = int(os.environ.get('WORLD_SIZE', 1)), config['gradient_accumulation_steps']
     if steps % world:
         raise InputError(f"--gradient_accumulation_steps={steps} counts the micro steps of all "
@@ -408,35 +426,33 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  
     check_memory({**s, 'vocab_size': meta['vocab_size'], 'block_size': T}, s['batch_size'],
                  not s['eval_only'], get_device(s['device']))
 
-def memory(c, rows, train):  # -> about the bytes a step of rows rows of a model needs (c: its
-    d, T, V, loops, sup = (c[k] for k in ('n_embd', 'block_size', 'vocab_size', 'loops', 'supervise'))
-    params = (V + T) * d + 16 * d * d * (c['n_prelude'] + len(loops) + c['n_coda'])  # settings)
-    if not train:  # evaluating: each iteration's state (at up to twice the depth: the depth scan),
-        return 4 * params + 4 * rows * T * (d * (2 * sum(loops) + 16) + 5 * V)  # 5 logits' copies
-    steps = sum(min(k, c['phantom_steps']) if c['phantom'] else k for k in loops)
-    runs = c['n_prelude'] + steps + c['n_coda']  # training: weights, gradients, AdamW's moments;
-    return 16 * params + 4 * rows * T * (26 * d * runs + V * (1 + len(sup)))  # autograd keeps ~26
-    # numbers a token for each block run, and at each readout the logits' log-softmax (what bench.py
-    # --estimate measures: v3 4.99 GiB, measured 4.9; v4 14.2, measured 13.5)
+def memory(c, train):  # -> about the bytes a step needs: (the weights', a row's); c: the model's
+    d, T, V, loops = c['n_embd'], c['block_size'], c['vocab_size'], c['loops']  # settings
+    params = (V + T) * d + 16 * d * d * (c['n_prelude'] + len(loops) + c['n_coda'])
+    if not train:  # evaluating: each iteration's state (the depth scan goes to twice the depth)
+        return 4 * params, 4 * T * (d * (2 * sum(loops) + 16) + 5 * V)  # and 5 logits' copies
+    runs = c['n_prelude'] + c['n_coda'] + sum(min(k, c['phantom_steps']) if c['phantom'] else k
+                                              for k in loops)
+    return 16 * params, 4 * T * (26 * d * runs + V * (1 + len(c['supervise'])))
+    # training: weights, gradients, AdamW's moments; autograd keeps ~26 numbers a token for each
+    # block run, and each readout's log-softmax: what bench.py --estimate measures, within ~5%
+    # (v3: 4.99 GiB, measured 4.9; v4: 14.2, measured 13.5)
 
-def check_memory(c, rows, train, device):  # before the work: a step's estimate against the
-    fixed, row = memory(c, 0, train), memory(c, 1, train) - memory(c, 0, train)  # memory free
-    where, free = available(device)
-    if free and fixed + rows * row > free:  # (free unknown, 0: not checked)
+def check_memory(c, rows, train, device):  # before the work: a step's estimate against the free
+    (fixed, row), where, free = memory(c, train), 'this machine', 0  # memory (0: unknown)
+    if 'cuda' in device:
+        import torch
+        where, free = device, torch.cuda.mem_get_info(device)[0]
+    with suppress(OSError, TypeError):  # a CPU: what Linux can give without swapping
+        free = free or 1024 * int(re.search(r'MemAvailable:\s*(\d+)',
+                                            open('/proc/meminfo').read())[1])
+    if free and fixed + rows * row > free:
         fits = int((free * 3 // 4 - fixed) // row)  # (a quarter left for the rest, and the error)
         gb = lambda n: f"{n / 1e9:,.{int(n < 1e10)}f} GB"
         raise InputError(f"{os.path.basename(sys.argv[0])} --batch_size={rows} needs about "
-                         f"{gb(fixed + rows * row)}, {where} has {gb(free)} available: " + (f"try --batch_size={fits}" if fits >= 1 else "the model "
-                                          "alone needs more: a smaller one, or a larger machine"))
-
-def available(device):  # -> (where, the bytes of memory free there now; 0: unknown)
-    if 'cuda' in device:
-        import torch
-        return device, torch.cuda.mem_get_info(device)[0]
-    with suppress(OSError, TypeError):  # (Linux: what it can give without swapping)
-        meminfo = open('/proc/meminfo').read()
-        return 'this machine', 1024 * int(re.search(r'MemAvailable:\s*(\d+)', meminfo)[1])
-    return 'this machine', 0
+                         f"{gb(fixed + rows * row)}, {where} has {gb(free)} available: "
+                         + (f"try --batch_size={fits}" if fits >= 1 else
+                            "the model alone needs more: a smaller one, or a larger machine"))
 
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
     if not math.isfinite(lossf):  # (the float settings this run gives: the likely cause)
@@ -579,9 +595,9 @@ def save(ckpt, path, iter_num):  # torch.save, atomically (saving), with its che
     with saving(path, f"(at iter {iter_num})") as tmp, open(tmp, 'wb') as f:
         torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)
 
-class Printed:  # every script's stdout: each write flushed, so that one the OS refuses (> /dev/full)
-    def __init__(self, out):  # fails at the print that meets it, named, as one that cannot encode
-        self.out = out  # a character (PYTHONIOENCODING=ascii); the excepthook says it in one line
+class Printed:  # every script's stdout: each write flushed, so that one the OS refuses
+    def __init__(self, out):  # (> /dev/full) fails at the print that meets it, named, as one that
+        self.out = out  # cannot encode a character (PYTHONIOENCODING=ascii): the excepthook's line
 
     def write(self, text):
         try:

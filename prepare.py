@@ -230,6 +230,11 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
     if not os.path.isdir(root or '.'):  # (paths are relative to the working directory: name it)
         raise data_error(path, f"not found (there is no {root}/ in the working directory "
                                f"{os.getcwd()}: run from the one that holds it)")
+    if not os.path.exists(path) and os.path.exists(os.path.join(data_dir, 'train.bin')):
+        raise data_error(path, "not found beside its train.bin (a folder made by another program?):"
+                               " it says how to read the tokens, a JSON object {\"tokenizer\": "
+                               "\"gpt2\" or \"byte\", \"vocab_size\": 50257 or 257, \"eot\": "
+                               "50256 or 256, \"dtype\": \"uint16\"}")
     regular(path)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.load(open(path, 'rb'))
@@ -272,6 +277,10 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
     return docs, len(lines) - len(docs)
 
 def main():
+    if mirror and not os.path.isdir(mirror):  # (else each download would be 'not found' in it)
+        raise InputError(f"--mirror={mirror}: {'not a' if os.path.exists(mirror) else 'no such'} "
+                         f"folder (in {os.getcwd()}): give the folder that holds the downloads as "
+                         "<host>/<path>, e.g. --mirror=../shared/data")
     out_dir = os.path.join(data_root, dataset + '_byte' * (tokenizer == 'byte'))  # topics_byte
     check_output(out_dir, 'data_root', folder=True)
     held = lock(out_dir, 'prepare.py', 'dataset')  # one prepare.py at a time writes out_dir

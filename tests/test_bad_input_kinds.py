@@ -285,6 +285,37 @@ def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
     assert lines == ['error: out of memory: lower --batch_size'] * 2
 
 
+def test_a_missing_checkpoint_names_a_few_candidates(tmp_path, monkeypatch):
+    """A typo'd --out_dir among many runs: the closest and the newest, five at most (it used to list them all)."""
+    monkeypatch.chdir(tmp_path)
+    for i in range(8):
+        (tmp_path / f'run-{i}').mkdir()
+        (tmp_path / f'run-{i}' / 'ckpt.pt').write_bytes(b'')
+        os.utime(tmp_path / f'run-{i}' / 'ckpt.pt', (i, i))  # run-7 the newest
+    with pytest.raises(InputError) as e:
+        load_checkpoint('run-2x/ckpt.pt', GPT.from_checkpoint)
+    found = str(e.value).split('found ')[1].split(' and ')[0].split(', ')
+    assert found == ['run-2/ckpt.pt', 'run-7/ckpt.pt', 'run-6/ckpt.pt', 'run-5/ckpt.pt', 'run-4/ckpt.pt'], e.value
+    assert str(e.value).endswith('and 3 more: add --out_dir=run-2')
+
+
+def test_an_eval_of_a_model_in_a_read_only_folder_says_how_to_copy_it(here, monkeypatch, capsys):
+    """eval.py writes eval.json beside the model: a read-only model folder used to get 'give another --out_dir',
+    which names another model, not a way out."""
+    with read_only_folder(here / 'ro', {'ckpt.pt': (here / 'out' / 'ckpt.pt').read_bytes()}):
+        fails(script(*EVAL, '--out_dir=ro', monkeypatch=monkeypatch, capsys=capsys),
+              'cannot write ro/eval.json', 'cp -r ro ~/ro', 'give --out_dir=~/ro')
+
+
+def test_heads_too_narrow_to_learn_are_said(here, monkeypatch, capsys):
+    """n_embd / n_head below 8 trains, and learns little: said once, at the start (a note, not a refusal: the
+    model is legal, and a test or a sweep may want it)."""
+    error, out = script(*TRAIN, '--n_head=4', '--out_dir=narrow', monkeypatch=monkeypatch, capsys=capsys)
+    assert error is None and 'note: --n_embd=16 --n_head=4 gives heads of 4 numbers: below 8' in out
+    error, out = script(*TRAIN, '--out_dir=wide', monkeypatch=monkeypatch, capsys=capsys)
+    assert error is None and 'note:' not in out
+
+
 def test_a_checkpoint_of_another_version_names_the_keys(tmp_path):
     save_model(tmp_path)
     ckpt = torch.load(tmp_path / 'ckpt.pt', weights_only=True)

@@ -228,6 +228,13 @@ def test_mirror_missing_file_is_one_line_error(sources, tmp_path):
     assert_one_line_error(r, os.path.join(sources, prepare.HOST, prepare.AGNEWS), '<host>/<path>')
     assert not os.path.exists(tmp_path / 'd' / 'topics_byte' / 'meta.json')
 
+def test_a_mirror_that_is_not_there_is_named(tmp_path):
+    """--mirror at a folder that is missing (a typo, another working directory) used to be 'nowhere/raw.githubuser
+    content.com/.../new_codealpaca.json not found: --mirror must be laid out as <host>/<path>'."""
+    r = run('--dataset=topics', '--tokenizer=byte', '--mirror=nowhere', f'--data_root={tmp_path / "d"}', cwd=tmp_path)
+    assert_one_line_error(r, f'--mirror=nowhere: no such folder (in {tmp_path})', 'e.g. --mirror=')
+    assert os.listdir(tmp_path) == []
+
 def test_failed_download_names_url_and_mirror(tmp_path):
     with serve(functools.partial(Quiet, directory=str(tmp_path))) as url:  # serves nothing: 404
         r = run('--dataset=shakespeare', '--tokenizer=byte', f'--base_url={url}',
