@@ -233,9 +233,8 @@ def check_output(path, key, folder=False, fix=''):  # before any work: make what
     real, through = (path, False) if folder else target(path)  # remove it (what the OS will
     probe = f"{os.path.join(real, 'probe') if folder else real}.{os.getpid()}.tmp"  # refuse, now)
     where = inner = os.path.normpath(os.path.dirname(probe) or '.')  # (probe: its writer's name)
-    new = None
-    while where and not os.path.lexists(where):  # new: the first folder it makes
-        where, new = os.path.dirname(where), where
+    while where and not os.path.lexists(where):  # where: the first folder there
+        where = os.path.dirname(where)
     try:  # a file where a folder belongs, a read-only disk, a name too long, ...: the OS says
         if os.path.isdir(real) and not folder:  # (a file's rename onto a folder would fail)
             raise IsADirectoryError(21, 'Is a directory', path)
@@ -245,10 +244,10 @@ def check_output(path, key, folder=False, fix=''):  # before any work: make what
             os.remove(probe)
     except OSError as e:
         raise refused(path, e, fix or f"give another --{key}") from None
-    finally:  # nothing is left of the probe, nor of the folders it made (another run's stay)
-        while new and inner != os.path.dirname(new):
+    finally:  # nothing is left of the folders it made (one that another run has put a file in
+        while inner != where:  # stays)
             with suppress(OSError):
-                os.rmdir(inner)  # (one that another run has put a file in stays)
+                os.rmdir(inner)
             inner = os.path.dirname(inner)
 
 def target(path):  # -> where a write of path lands (a link: its target; the link stays), and

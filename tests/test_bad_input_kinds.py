@@ -285,6 +285,27 @@ def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
     assert lines == ['error: out of memory: lower --batch_size'] * 2
 
 
+@pytest.mark.parametrize('kw', [dict(), dict(loops=(3, 5)), dict(supervise=(1, 2, 4)), dict(phantom=True, phantom_steps=2),
+                                dict(act=True), dict(loops=())])
+def test_the_memory_estimate_follows_what_autograd_keeps(kw):
+    """guards.memory's training activations against what autograd keeps for backward, measured as bench.py
+    --estimate measures it (each saved storage once, no weights): within a quarter, for every kind of model."""
+    c = GPTConfig(**{**dict(block_size=64, vocab_size=2000, n_embd=64, n_head=4, n_prelude=1, loops=(4,), n_coda=1),
+                     **kw})
+    torch.manual_seed(0)
+    model, x = GPT(c), torch.randint(c.vocab_size, (4, c.block_size))
+    weights, saved = {p.untyped_storage().data_ptr() for p in model.parameters()}, {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in weights:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x, x)
+    estimate = 4 * guards.memory(asdict(c), True)[1]
+    assert 0.75 < estimate / sum(saved.values()) < 1.25, (estimate, sum(saved.values()))
+
+
 def test_a_missing_checkpoint_names_a_few_candidates(tmp_path, monkeypatch):
     """A typo'd --out_dir among many runs: the closest and the newest, five at most (it used to list them all)."""
     monkeypatch.chdir(tmp_path)
