@@ -150,18 +150,16 @@ def print_report(r):  # eval.json's numbers, a line a row
 def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one model, data, checked
     path = os.path.join(out_dir, 'ckpt.pt')
     model, ckpt = guards.load_checkpoint(path, GPT.from_checkpoint, device)
-    guards.check_memory(ckpt['model_args'], batch_size, False, device)  # before any work
     T = model.config.block_size
     own = ckpt['config']['dataset']  # the model's data, or --dataset's in the model's tokenizer
     data_dir = 'data/' + (dataset or own).removesuffix('_byte') + '_byte' * own.endswith('_byte')
     meta, val = load_meta(data_dir), load_tokens(data_dir, 'val')
     guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, exit_kind,
-                      thresholds)
+                      thresholds, batch_size, device)
     # eval.json on the model's own data; eval_<data>.json on other data (each kept)
     name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
-    copy = '~/' + os.path.basename(os.path.abspath(out_dir))  # (a model folder it cannot write)
     guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir', fix=(
-        f"copy the model where you can write (cp -r {out_dir} {copy}) and give --out_dir={copy}"))
+        f"copy the model where you can write (cp -r {out_dir} ~/copy) and give --out_dir=~/copy"))
     precision = autocast(device, dtype, trained=ckpt['config'].get('dtype', ''))
     return model.eval(), data_dir, T, precision, report
 

@@ -7,7 +7,7 @@ from difflib import get_close_matches
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
 DTYPES = ("x in ('', 'float32', 'bfloat16')  # empty (the default), float32 or bfloat16; no "
           "float16 (its gradients would need a loss scaler)")  # every script's --dtype
-PATHS = ('path', 'paths', 'new file', 'new folder')  # the domains that are not a rule on x
+PATHS = ('path', 'paths', 'folder', 'new file', 'new folder')  # the domains not a rule on x
 # a rule that reads as Python says itself in words after '  # ' (an error message shows the words)
 NAME = "'/' not in x and x not in ('.', '..')  # the name of a folder in data/, not a path"
 COUNTS = 'all(type(k) is int and k >= 1 for k in x)  # a tuple of whole numbers, each at least 1'
@@ -92,7 +92,7 @@ KEYS = {
          'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
          'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))"
                                                   "  # a URL, http:// or https://",
-         'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'},
+         'mirror': 'folder', 'data_root': 'new folder', 'seed': 'any'},
         [("dataset != 'fineweb' or tokenizer == 'gpt2'",
           "fineweb's shards are GPT-2 tokens: use --tokenizer=gpt2")]),
     'bench.py': (
@@ -227,6 +227,9 @@ def check_path(key, value, kind, default):  # -> the path (paths: a,b), ~ and $V
                              "~user without a home, a space at an end or a control character")
         if kind in ('new folder', 'new file'):  # an output: created, to see, before any work
             check_output(path, key, kind == 'new folder')
+        if kind == 'folder' and not os.path.isdir(path):  # a folder read: it must be there
+            raise InputError(f"{typed(key, value)}: {'not a' * os.path.exists(path) or 'no such'} "
+                             f"folder (in {os.getcwd()}): give a folder that is there")
     return ','.join(paths)
 
 def check_output(path, key, folder=False, fix=''):  # before any work: make what path will be,
@@ -361,12 +364,13 @@ def check_blocks(path, n, T):  # a token stream (path) of n tokens, cut into row
         raise InputError(f"{path} has {n:,} tokens, too few for block_size {T}: lower --block_size,"
                          " or prepare more data")
 
-def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, exit_kind, thresholds):
-    # eval.py: one model's settings against it and its data
+def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, exit_kind, thresholds,
+               batch_size, device):  # eval.py: one model's settings against it, its data, memory
     given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
     check_exits(given, (exit_kind or thresholds) and model.config, f"the model in {out_dir}")
     check_start(ckpt, meta, data_dir, T)
     check_blocks(f"{data_dir}/val.bin", n_val, T)
+    check_memory(ckpt['model_args'], batch_size, False, device)
     if html:  # (several out_dirs: a map in each, by this name)
         check_output(html, 'html')
 

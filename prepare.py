@@ -231,10 +231,8 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
         raise data_error(path, f"not found (there is no {root}/ in the working directory "
                                f"{os.getcwd()}: run from the one that holds it)")
     if not os.path.exists(path) and os.path.exists(os.path.join(data_dir, 'train.bin')):
-        raise data_error(path, "not found beside its train.bin (a folder made by another program?):"
-                               " it says how to read the tokens, a JSON object {\"tokenizer\": "
-                               "\"gpt2\" or \"byte\", \"vocab_size\": 50257 or 257, \"eot\": "
-                               "50256 or 256, \"dtype\": \"uint16\"}")
+        raise data_error(path, "not found beside its train.bin: it says how to read it, JSON of "
+                               "tokenizer (gpt2, byte), vocab_size, eot and dtype (uint16)")
     regular(path)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.load(open(path, 'rb'))
@@ -277,29 +275,19 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
     return docs, len(lines) - len(docs)
 
 def main():
-    if mirror and not os.path.isdir(mirror):  # (else each download would be 'not found' in it)
-        raise InputError(f"--mirror={mirror}: {'not a' if os.path.exists(mirror) else 'no such'} "
-                         f"folder (in {os.getcwd()}): give the folder that holds the downloads as "
-                         "<host>/<path>, e.g. --mirror=../shared/data")
     out_dir = os.path.join(data_root, dataset + '_byte' * (tokenizer == 'byte'))  # topics_byte
     check_output(out_dir, 'data_root', folder=True)
-    held = lock(out_dir, 'prepare.py', 'dataset')  # one prepare.py at a time writes out_dir
-    try:
-        build(out_dir)
-    finally:
-        unlock(held)
-
-def build(out_dir):  # the dataset -> out_dir's four files, each whole before any is renamed in
-    eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
-    check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
-    meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
-                row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
-    lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
-    files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
-             'meta.json': [json.dumps(meta, indent=2).encode()]}
-    with ExitStack() as written_all:  # each file whole before any replaces its old one: stopped
-        for name, parts in files.items():  # or failed, the folder's files stay as they were
-            f = written_all.enter_context(written(os.path.join(out_dir, name), 'wb'))
+    with ExitStack() as held:  # one prepare.py at a time writes out_dir (its lock); each file is
+        held.callback(unlock, lock(out_dir, 'prepare.py', 'dataset'))  # whole before any replaces
+        eot, docs, train, val = (fineweb if dataset == 'fineweb' else documents)()  # its old one
+        check_prepared(out_dir, train, docs, dataset == 'sft' and block_size)
+        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
+                    row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
+        lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in docs)
+        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
+                 'meta.json': [json.dumps(meta, indent=2).encode()]}
+        for name, parts in files.items():  # (stopped or failed: the old files stay as they were)
+            f = held.enter_context(written(os.path.join(out_dir, name), 'wb'))
             f.writelines(parts)  # bytes or token arrays (a shard: memory-mapped)
             print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 

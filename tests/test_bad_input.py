@@ -287,8 +287,8 @@ def test_a_data_folder_without_meta_json_names_its_fields(tmp_path):
     np.arange(100, dtype=np.uint16).tofile(d / 'train.bin')
     with pytest.raises(InputError) as e:
         prepare.load_meta(str(d))
-    for words in (f'{d / "meta.json"} not found beside its train.bin', '"tokenizer": "gpt2" or "byte"',
-                  '"vocab_size": 50257 or 257', '"eot": 50256 or 256', '"dtype": "uint16"', FIX):
+    for words in (f'{d / "meta.json"} not found beside its train.bin', 'JSON of tokenizer (gpt2, byte), vocab_size, '
+                  'eot and dtype (uint16)', FIX):
         assert words in str(e.value), (words, str(e.value))
 
 

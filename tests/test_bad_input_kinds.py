@@ -325,7 +325,7 @@ def test_an_eval_of_a_model_in_a_read_only_folder_says_how_to_copy_it(here, monk
     which names another model, not a way out."""
     with read_only_folder(here / 'ro', {'ckpt.pt': (here / 'out' / 'ckpt.pt').read_bytes()}):
         fails(script(*EVAL, '--out_dir=ro', monkeypatch=monkeypatch, capsys=capsys),
-              'cannot write ro/eval.json', 'cp -r ro ~/ro', 'give --out_dir=~/ro')
+              'cannot write ro/eval.json', 'cp -r ro ~/copy', 'give --out_dir=~/copy')
 
 
 def test_heads_too_narrow_to_learn_are_said(here, monkeypatch, capsys):
