@@ -1,6 +1,6 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, ast, sys, glob, math, time, fcntl, shlex, atexit, shutil, signal, traceback
+import os, re, ast, sys, glob, math, time, fcntl, shlex, atexit, signal, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 
@@ -11,13 +11,12 @@ PATHS = ('path', 'paths', 'folder', 'new file', 'new folder')  # the domains not
 # a rule that reads as Python says itself in words after '  # ' (an error message shows the words)
 NAME = "'/' not in x and x not in ('.', '..')  # the name of a folder in data/, not a path"
 COUNTS = 'all(type(k) is int and k >= 1 for k in x)  # a tuple of whole numbers, each at least 1'
-NANOGPT = {  # nanoGPT's keys that nanoloop has not: what stands for each (else the closest key)
-    'n_layer': "the depth is n_prelude + sum(loops) + n_coda, e.g. --n_prelude=2 '--loops=(30,)' "
-               "--n_coda=2",
+NANOGPT = {  # nanoGPT's settings that nanoloop lacks: what stands for each (else the closest key)
+    'n_layer': "the depth is n_prelude + sum(loops) + n_coda, e.g. --n_prelude=2 '--loops=(30,)'",
     'init_from': "sample.py and eval.py read --out_dir's checkpoint, e.g. --out_dir=out-smoke",
-    **dict.fromkeys(['wandb_log', 'wandb_project', 'wandb_run_name'],
-                    "no wandb: the run's log is what train.py prints; keep it in a file with "
-                    "python train.py ... | tee train.log")}
+    'gpt2': "no GPT-2 weights: --init_from is scratch, resume or a run's out_dir",
+    **dict.fromkeys(['wandb_log', 'wandb_project', 'wandb_run_name'], "no wandb: the run's log is "
+                    "what train.py prints; keep it in a file with python train.py ... | tee log")}
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
@@ -300,9 +299,7 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
         more = f" and {len(found) - len(shown)} more" * (len(found) > len(shown))
         hint = (f"; found {', '.join(shown)}{more}: add --{key}={os.path.dirname(near[0])}" if found
                 else f": train one first, or set --{key}")
-        if key == 'init_from' and path.startswith('gpt2'):  # (nanoGPT's GPT-2 weights)
-            hint = (": nanoloop has no GPT-2 weights: --init_from is scratch, resume or a run's "
-                    "out_dir")
+        hint = f": nanoloop has {NANOGPT['gpt2']}" if path.startswith('gpt2') else hint
         raise InputError(f"no checkpoint at {path}{hint}")
     try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         if not os.path.isfile(path):  # (a folder; a FIFO would hang the read)
@@ -437,9 +434,8 @@ def memory(c, train):  # -> about the bytes a step needs: (the weights', a row's
     runs = c['n_prelude'] + c['n_coda'] + sum(min(k, c['phantom_steps']) if c['phantom'] else k
                                               for k in loops)
     return 16 * params, 4 * T * (26 * d * runs + V * (1 + len(c['supervise'])))
-    # training: weights, gradients, AdamW's moments; autograd keeps ~26 numbers a token for each
-    # block run, and each readout's log-softmax: what bench.py --estimate measures, within ~5%
-    # (v3: 4.99 GiB, measured 4.9; v4: 14.2, measured 13.5)
+    # training: weights, gradients, AdamW's moments; autograd keeps ~26 numbers a token a block run,
+    # and each readout's log-softmax (bench.py --estimate measures v3 4.9 GiB, v4 13.5: 4.99, 14.2)
 
 def check_memory(c, rows, train, device):  # before the work: a step's estimate against the free
     (fixed, row), where, free = memory(c, train), 'this machine', 0  # memory (0: unknown)
