@@ -155,10 +155,11 @@ def load(out_dir, html):  # -> (model, data_dir, T, precision, report): one mode
     data_dir = 'data/' + (dataset or own).removesuffix('_byte') + '_byte' * own.endswith('_byte')
     meta, val = load_meta(data_dir), load_tokens(data_dir, 'val')
     guards.check_eval(model, ckpt, meta, len(val), data_dir, T, out_dir, html, exit_kind,
-                      thresholds)
+                      thresholds, batch_size, device)
     # eval.json on the model's own data; eval_<data>.json on other data (each kept)
     name = 'eval' + (f"_{os.path.basename(data_dir)}" if data_dir != f'data/{own}' else '')
-    guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir')
+    guards.check_output(report := os.path.join(out_dir, name + '.json'), 'out_dir', fix=(
+        f"copy the model where you can write (cp -r {out_dir} ~/copy) and give --out_dir=~/copy"))
     precision = autocast(device, dtype, trained=ckpt['config'].get('dtype', ''))
     return model.eval(), data_dir, T, precision, report
 

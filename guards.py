@@ -1,15 +1,22 @@
 """The seatbelts: what guards a run and teaches nothing about looped models (skip it at first).
 Bad input is an InputError that names the problem and the fix, printed as one line, 'error: ...'."""
-import os, re, ast, sys, glob, json, math, time, fcntl, shlex, atexit, shutil, signal, traceback
+import os, re, ast, sys, glob, json, math, time, fcntl, shlex, atexit, signal, traceback
 from contextlib import contextmanager, suppress
 from difflib import get_close_matches
 
 script_keys = {}  # the running script's keys and defaults (configurator.py sets them)
-DTYPES = "x in ('', 'float32', 'bfloat16')"  # every script's --dtype
-PATHS = ('path', 'paths', 'new file', 'new folder')  # the domains that are not a rule on x
+DTYPES = ("x in ('', 'float32', 'bfloat16')  # empty (the default), float32 or bfloat16; no "
+          "float16 (its gradients would need a loss scaler)")  # every script's --dtype
+PATHS = ('path', 'paths', 'folder', 'new file', 'new folder')  # the domains not a rule on x
 # a rule that reads as Python says itself in words after '  # ' (an error message shows the words)
 NAME = "'/' not in x and x not in ('.', '..')  # the name of a folder in data/, not a path"
 COUNTS = 'all(type(k) is int and k >= 1 for k in x)  # a tuple of whole numbers, each at least 1'
+NANOGPT = {  # nanoGPT's settings that nanoloop lacks: what stands for each (else the closest key)
+    'n_layer': "the depth is n_prelude + sum(loops) + n_coda, e.g. --n_prelude=2 '--loops=(30,)'",
+    'init_from': "sample.py and eval.py read --out_dir's checkpoint, e.g. --out_dir=out-smoke",
+    'gpt2': "no GPT-2 weights: --init_from is scratch, resume or a run's out_dir",
+    **dict.fromkeys(['wandb_log', 'wandb_project', 'wandb_run_name'], "no wandb: the run's log is "
+                    "what train.py prints; keep it in a file with python train.py ... | tee log")}
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
@@ -84,7 +91,7 @@ KEYS = {
          'tokenizer': "x in ('gpt2', 'byte')", 'eval_docs shards': 'x >= 1',
          'block_size': 'x >= 2', 'base_url hf_url': "x.startswith(('http://', 'https://'))"
                                                   "  # a URL, http:// or https://",
-         'mirror': 'path', 'data_root': 'new folder', 'seed': 'any'},
+         'mirror': 'folder', 'data_root': 'new folder', 'seed': 'any'},
         [("dataset != 'fineweb' or tokenizer == 'gpt2'",
           "fineweb's shards are GPT-2 tokens: use --tokenizer=gpt2")]),
     'bench.py': (
@@ -117,7 +124,8 @@ def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one en
         err = "out of memory: " + ('lower --batch_size' if 'batch_size' in script_keys
                                    else 'use a smaller model')
     elif issubclass(kind, OSError) and err.filename is not None:  # a file the OS refused
-        err = f"cannot use {err.filename}: {err.strerror}"
+        err = f"cannot use {err.filename}: {err.strerror}" + (  # (Printed names stdout)
+            ": send it where it can be written (> FILE)" * (err.filename == 'stdout'))
     elif not (issubclass(kind, InputError)  # (or a ValueError of model.py or decode.py: bad input)
               or kind is ValueError and where in ('model.py', 'decode.py')):
         return _default(kind, err, tb)
@@ -138,8 +146,9 @@ def check_arg(arg):  # configurator.py: one argument, before it is read
 
 def check_set(key, value, keys, where=''):  # configurator.py: a key the script has, of its type
     dash, default = '' if where else '--', keys.get(key)  # (where: the config file that sets it)
-    if key not in keys:
-        hint = ''.join(f"; did you mean {dash}{k}?" for k in get_close_matches(key, keys, n=1))
+    if key not in keys:  # (nanoGPT's: what stands for it here)
+        hint = f": nanoloop has no {key}: {NANOGPT[key]}" if key in NANOGPT else ''.join(
+            f"; did you mean {dash}{k}?" for k in get_close_matches(key, keys, n=1))
         raise InputError(f"unknown config key {dash}{key}{where}{hint}")
     if default is not None and type(value) is not type(default):  # (None: any type)
         raise InputError(f"{typed(key, value)}{where}: {key} is of type "
@@ -181,17 +190,22 @@ def check_keys(table, rules, values, defaults):  # configurator.py: each key, th
     table = domains(table)  # (a key without one is a bug of the script: a KeyError, below)
     for key, default in defaults.items():  # against its domain (a path: ~ and $VAR expanded)
         value, domain = values[key], table[key]
-        floats = [v for v in (value if type(value) is tuple else [value]) if type(v) is float]
-        if not all(abs(v) < 3e38 for v in floats):  # (1e999 reads as inf; nan passes no bound)
-            raise InputError(f"{typed(key, value)}: need a number of float32 range, |x| < 3e38")
+        if lacks := need(key, value, domain):
+            raise InputError(f"{typed(key, value)}: need {lacks}"
+                             + f", e.g. {typed(key, default)}" * ('|x|' not in lacks))
         if domain in PATHS and value != default:
             values[key] = check_path(key, value, domain, default)
-        elif domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
-            rule, _, words = domain.partition('  # ')  # (words: the rule's, else the rule)
-            need = words or re.sub(r'\bx\b', key, rule)
-            raise InputError(f"{typed(key, value)}: need {need}, e.g. {typed(key, default)}")
     if values.get('init_from', '') in ('', 'scratch'):  # (else train.py checks the run's settings)
         check_rules(rules, values, defaults)
+
+def need(key, value, domain):  # -> what a key's value needs and lacks (in words), or ''
+    floats = [v for v in (value if type(value) is tuple else [value]) if type(v) is float]
+    if not all(abs(v) < 3e38 for v in floats):  # (1e999 reads as inf; nan passes no bound)
+        return "a number of float32 range, |x| < 3e38"
+    if domain not in (*PATHS, 'any') and not holds(domain, {'x': value}):
+        rule, _, words = domain.partition('  # ')  # (words: the rule's, else the rule)
+        return words or re.sub(r'\bx\b', key, rule)
+    return ''
 
 def check_rules(rules, values, defaults):  # the first rule across keys that values break, in words
     values = {**values, 'changed': {k for k in defaults if values[k] != defaults[k]}}
@@ -212,26 +226,36 @@ def check_path(key, value, kind, default):  # -> the path (paths: a,b), ~ and $V
                              "~user without a home, a space at an end or a control character")
         if kind in ('new folder', 'new file'):  # an output: created, to see, before any work
             check_output(path, key, kind == 'new folder')
+        if kind == 'folder' and not os.path.isdir(path):  # a folder read: it must be there
+            raise InputError(f"{typed(key, value)}: {'not a' * os.path.exists(path) or 'no such'} "
+                             f"folder (in {os.getcwd()}): give a folder that is there")
     return ','.join(paths)
 
-def check_output(path, key, folder=False):  # before any work: make what path will be, remove it
-    new = None  # (what the OS will refuse, it refuses now)
-    where = os.path.normpath(path if folder else os.path.dirname(path) or '.')
-    while where and not os.path.lexists(where):  # new: the first folder it makes
-        where, new = os.path.dirname(where), where
-    probe = os.path.join(path, 'probe.tmp') if folder else path + '.tmp'  # (its writer's name)
+def check_output(path, key, folder=False, fix=''):  # before any work: make what path will be,
+    real, through = (path, False) if folder else target(path)  # remove it (what the OS will
+    probe = f"{os.path.join(real, 'probe') if folder else real}.{os.getpid()}.tmp"  # refuse, now)
+    where = inner = os.path.normpath(os.path.dirname(probe) or '.')  # (probe: its writer's name)
+    while where and not os.path.lexists(where):  # where: the first folder there
+        where = os.path.dirname(where)
     try:  # a file where a folder belongs, a read-only disk, a name too long, ...: the OS says
-        if os.path.isdir(path) and not folder:  # (a file's rename onto a folder would fail)
+        if os.path.isdir(real) and not folder:  # (a file's rename onto a folder would fail)
             raise IsADirectoryError(21, 'Is a directory', path)
         os.makedirs(os.path.dirname(probe) or '.', exist_ok=True)
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
-    except OSError as e:
-        raise refused(path, e, f"give another --{key}") from None
-    finally:  # nothing is left of the probe
-        if os.path.isfile(probe):
+        if not through:  # (a device or a FIFO is written through: nothing to make)
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT))
             os.remove(probe)
-        if new:
-            shutil.rmtree(new, ignore_errors=True)
+    except OSError as e:
+        raise refused(path, e, fix or f"give another --{key}") from None
+    finally:  # nothing is left of the folders it made (one that another run has put a file in
+        while inner != where:  # stays)
+            with suppress(OSError):
+                os.rmdir(inner)
+            inner = os.path.dirname(inner)
+
+def target(path):  # -> where a write of path lands (a link: its target; the link stays), and
+    real = os.path.realpath(path) if os.path.islink(path) else path  # whether it is written
+    return real, os.path.exists(real) and not os.path.isfile(real) and not os.path.isdir(real)
+    # through: a device or a FIFO (/dev/null, a named pipe) is written in place, never replaced
 
 def folders(value):  # --out_dir='a,b' -> ['a', 'b'] (a folder named a,b: whole)
     return [value] if os.path.isdir(value) else value.split(',')
@@ -242,7 +266,7 @@ def refused(path, e, fix):  # the OS refused to write path (any errno) -> one li
 
 def read_text_file(path, what, hint=''):  # -> the UTF-8 text of a file the user named (a pipe too)
     try:
-        return open(path, encoding='utf-8').read()
+        return open(path, encoding='utf-8-sig').read()  # (a BOM, as Notepad writes, is no text)
     except (OSError, UnicodeDecodeError) as e:  # (not found, a folder, not UTF-8: one line)
         why = e.strerror if isinstance(e, OSError) else f"not UTF-8 text ({e}): save it as UTF-8"
         raise InputError(f"{what} {path}: {why}{hint}") from None
@@ -271,15 +295,21 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
     if not os.path.exists(path):  # a typo? name the out_dir whose ckpt.pt is closest, or the newest
         found = sorted(glob.glob('*/ckpt.pt'), key=os.path.getmtime, reverse=True)
         near = get_close_matches(path, found, n=1, cutoff=0.8) or found[:1]
-        hint = (f"; found {', '.join(found)}: add --{key}={os.path.dirname(near[0])}" if found
+        shown = list(dict.fromkeys(near + found[:4]))  # (the closest and the newest: 5 at most)
+        more = f" and {len(found) - len(shown)} more" * (len(found) > len(shown))
+        hint = (f"; found {', '.join(shown)}{more}: add --{key}={os.path.dirname(near[0])}" if found
                 else f": train one first, or set --{key}")
+        hint = f": nanoloop has {NANOGPT['gpt2']}" if path.startswith('gpt2') else hint
         raise InputError(f"no checkpoint at {path}{hint}")
     try:  # weights_only: a checkpoint is tensors and plain data, never code (which unpickling runs)
         if not os.path.isfile(path):  # (a folder; a FIFO would hang the read)
             raise ValueError("not a regular file")
         ckpt = torch.load(path, map_location=device, weights_only=True)
+        check_saved(path, {**ckpt['config'], **ckpt['model_args']})
         model = build(ckpt)  # (another version's: a TypeError, KeyError or RuntimeError)
         ckpt['meta']['tokenizer'], ckpt['config']['dataset']  # (the scripts read them too)
+    except InputError:
+        raise
     except Exception as e:  # not a checkpoint, cut short, unsafe, another version's: one line
         why = ('unsafe: it holds objects other than tensors and plain data' if 'Unsupported global'
                in str(e) else f"{type(e).__name__}: {' '.join(str(e).split())[:200]}")
@@ -291,6 +321,15 @@ def load_checkpoint(path, build, device='cpu', key='out_dir'):  # -> (build(ckpt
         raise InputError(f"{path} is damaged: its weights differ from the checksum saved with them "
                          "or are not finite: use a copy of it, or train it again")
     return model.to(device), ckpt
+
+def check_saved(path, saved):  # a checkpoint's settings are input too: each in train.py's domain
+    table, keys = domains(KEYS['train.py'][0]), script_keys  # (and of the type this script's
+    for key, value in saved.items():  # key of that name has)
+        kind = type(value if keys.get(key) is None else keys[key])
+        if lacks := need(key, value, table.get(key, 'any')) or (
+                type(value) is not kind and f"a value of type {kind.__name__}"):
+            raise InputError(f"{path} holds {key} = {value!r}; train.py saves {lacks}: the "
+                             "checkpoint was edited or damaged: use another, or train it again")
 
 def parse_exit(s, config=None, model='the model'):  # 'maxprob:0.9' -> ('maxprob', 0.9)
     kind, _, text = s.partition(':')
@@ -322,12 +361,13 @@ def check_blocks(path, n, T):  # a token stream (path) of n tokens, cut into row
         raise InputError(f"{path} has {n:,} tokens, too few for block_size {T}: lower --block_size,"
                          " or prepare more data")
 
-def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, exit_kind, thresholds):
-    # eval.py: one model's settings against it and its data
+def check_eval(model, ckpt, meta, n_val, data_dir, T, out_dir, html, exit_kind, thresholds,
+               batch_size, device):  # eval.py: one model's settings against it, its data, memory
     given = f"--exit_kind={exit_kind}" if exit_kind else typed('thresholds', thresholds)
     check_exits(given, (exit_kind or thresholds) and model.config, f"the model in {out_dir}")
     check_start(ckpt, meta, data_dir, T)
     check_blocks(f"{data_dir}/val.bin", n_val, T)
+    check_memory(ckpt['model_args'], batch_size, False, device)
     if html:  # (several out_dirs: a map in each, by this name)
         check_output(html, 'html')
 
@@ -351,6 +391,10 @@ def check_kept(given, run, config, fixed):  # a given key the run fixes must agr
 
 def check_run(config, defaults):  # train.py's settings, merged with a run's
     check_rules(KEYS['train.py'][1], config, defaults)
+    if (size := config['n_embd'] // config['n_head']) < 8 and os.environ.get('RANK', '0') == '0':
+        print(f"note: --n_embd={config['n_embd']} --n_head={config['n_head']} gives heads of "
+              f"{size} numbers: below 8 a head can tell few tokens apart (GPT-2's have 64); it "
+              "trains, but for a model that learns give fewer --n_head or a larger --n_embd")
     world, steps = int(os.environ.get('WORLD_SIZE', 1)), config['gradient_accumulation_steps']
     if steps % world:
         raise InputError(f"--gradient_accumulation_steps={steps} counts the micro steps of all "
@@ -378,6 +422,35 @@ def check_train_data(s, meta, data_dir, train_data, val_data, iter_num, ckpt):  
     if iter_num >= s['max_iters'] and not s['eval_only']:
         at = f"{path} is at iter {iter_num} and " if tune == 'resume' else ''
         raise InputError(f"nothing to train: {at}max_iters is {s['max_iters']}; raise --max_iters")
+    check_memory({**s, 'vocab_size': meta['vocab_size'], 'block_size': T}, s['batch_size'],
+                 not s['eval_only'], get_device(s['device']))
+
+def memory(c, train):  # -> about the bytes a step needs: (the weights', a row's); c: the model's
+    d, T, V, loops = c['n_embd'], c['block_size'], c['vocab_size'], c['loops']  # settings
+    params = (V + T) * d + 16 * d * d * (c['n_prelude'] + len(loops) + c['n_coda'])
+    if not train:  # evaluating: each iteration's state (the depth scan goes to twice the depth)
+        return 4 * params, 4 * T * (d * (2 * sum(loops) + 16) + 5 * V)  # and 5 logits' copies
+    runs = c['n_prelude'] + c['n_coda'] + sum(min(k, c['phantom_steps']) if c['phantom'] else k
+                                              for k in loops)
+    return 16 * params, 4 * T * (26 * d * runs + V * (1 + len(c['supervise'])))
+    # training: weights, gradients, AdamW's moments; autograd keeps ~26 numbers a token a block run,
+    # and each readout's log-softmax (bench.py --estimate measures v3 4.9 GiB, v4 13.5: 4.99, 14.2)
+
+def check_memory(c, rows, train, device):  # before the work: a step's estimate against the free
+    (fixed, row), where, free = memory(c, train), 'this machine', 0  # memory (0: unknown)
+    if 'cuda' in device:
+        import torch
+        where, free = device, torch.cuda.mem_get_info(device)[0]
+    with suppress(OSError, TypeError):  # a CPU: what Linux can give without swapping
+        free = free or 1024 * int(re.search(r'MemAvailable:\s*(\d+)',
+                                            open('/proc/meminfo').read())[1])
+    if free and fixed + rows * row > free:
+        fits = int((free * 3 // 4 - fixed) // row)  # (a quarter left for the rest, and the error)
+        gb = lambda n: f"{n / 1e9:,.{int(n < 1e10)}f} GB"
+        raise InputError(f"{os.path.basename(sys.argv[0])} --batch_size={rows} needs about "
+                         f"{gb(fixed + rows * row)}, {where} has {gb(free)} available: "
+                         + (f"try --batch_size={fits}" if fits >= 1 else
+                            "the model alone needs more: a smaller one, or a larger machine"))
 
 def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: settings
     if not math.isfinite(lossf):  # (the float settings this run gives: the likely cause)
@@ -387,16 +460,31 @@ def check_loss(lossf, iter_num, last_loss, alphas, ckpt_path, s, given):  # s: s
                          f"{f' (this run sets {given})' * bool(given)}; {ckpt_path} was not "
                          "overwritten.")
 
-def lock(out_dir):  # one run at a time in out_dir: a lock that the system drops if a run dies
-    os.makedirs(out_dir, exist_ok=True)
-    f = open(os.path.join(out_dir, 'train.lock'), 'w')
+def lock(folder, who='training run', key='out_dir'):  # one writer at a time in folder: a lock
+    made = not os.path.isdir(folder)  # that the system drops if its run dies
+    os.makedirs(folder, exist_ok=True)
+    f = open(os.path.join(folder, f"{'train' if key == 'out_dir' else 'prepare'}.lock"), 'a+')
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise InputError(f"another training run is writing to {out_dir}: wait for it to finish, "
-                         "or pick another --out_dir") from None
-    atexit.register(os.remove, f.name)  # the run ends: its lock file goes
+        f.seek(0)  # (the pid that holds it, as it wrote it)
+        pid = f" (pid {f.read().strip()})" * bool(f.tell())
+        raise InputError(f"{folder} is being written by another {who}{pid}: wait for it to "
+                         f"finish, or choose another --{key}") from None
+    f.truncate(0)
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    f.made = made and folder  # (the folder it made: it goes too, if the run left nothing in it)
+    atexit.register(unlock, f)  # the run ends: its lock goes
     return f
+
+def unlock(f):  # a lock's end (once): its file, the lock, the folder it made if left empty
+    if not f.closed:
+        with suppress(OSError):
+            os.remove(f.name)
+        f.close()
+        with suppress(OSError):
+            f.made and os.rmdir(f.made)
 
 def keep_log(path, iter_num):  # a run's log.jsonl: the lines up to the iter it starts from
     lines = []
@@ -442,23 +530,15 @@ class Progress:  # a long loop says how far it is, every 5 s: progress(text) at 
 
 class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish the step, save, exit
     def __init__(self, ckpt_path, master):  # (asked again: stop at once)
-        self.signals, self.ckpt_path, self.master, self.out = [], ckpt_path, master, sys.stdout
+        self.signals, self.ckpt_path, self.master = [], ckpt_path, master
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(signum) != signal.SIG_IGN or signum != signal.SIGHUP:  # (nohup)
                 signal.signal(signum, self.request)
-        sys.stdout = self  # what the run prints goes through write, below
+        Printed.stop = self  # a stdout that fails (| head closed, a terminal gone) asks, below
 
-    def write(self, text):  # a stdout that fails (| head closed, a terminal gone) asks to stop
-        try:
-            self.out.write(text)
-            self.out.flush()  # (at once: a closed pipe is met now, not when the run ends)
-        except OSError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # (what is left to print goes nowhere)
-            if not self.signals:  # (Ctrl-C in `| tee` ends tee too: that is not a second ask)
-                self.request(signal.SIGPIPE, None)
-
-    def __getattr__(self, name):  # the rest of stdout's: flush, fileno, ...
-        return getattr(self.out, name)
+    def stdout_failed(self):  # (Ctrl-C in `| tee` ends tee too: that is not a second ask)
+        if not self.signals:
+            self.request(signal.SIGPIPE, None)
 
     def request(self, signum, frame):
         self.signals.append(signum)
@@ -481,15 +561,17 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish th
             sys.exit(128 + self.signals[0])
 
 @contextmanager
-def saving(path, what=''):  # every file a script writes: path.tmp beside it to write, and once
-    tmp = path + '.tmp'  # it is whole: fsynced, renamed to path. Else path is left as it was
-    try:
-        os.makedirs(os.path.dirname(path) or '.', exist_ok=True)  # (its folder, if new)
+def saving(path, what=''):  # every file a script writes: a temporary file of this run beside it
+    real, through = target(path)  # to write, and once whole: fsynced, renamed to path (a link's
+    tmp = real if through else f'{real}.{os.getpid()}.tmp'  # target; a device: written through)
+    try:  # (else path is left as it was)
+        os.makedirs(os.path.dirname(real) or '.', exist_ok=True)  # (its folder, if new)
         yield tmp
-        fd = os.open(tmp, os.O_RDONLY)
-        os.fsync(fd)  # (on disk before the rename: a power loss leaves the old file or the new)
-        os.close(fd)
-        os.replace(tmp, path)
+        if not through:
+            fd = os.open(tmp, os.O_RDONLY)
+            os.fsync(fd)  # (on disk before the rename: a power loss leaves the old file or the new)
+            os.close(fd)
+            os.replace(tmp, real)
     except (OSError, RuntimeError) as e:  # any refusal of the OS; torch's writer wraps it
         cause = e if isinstance(e, OSError) else e.__context__
         if isinstance(cause, (SystemExit, KeyboardInterrupt)):  # (a second stop signal)
@@ -500,8 +582,9 @@ def saving(path, what=''):  # every file a script writes: path.tmp beside it to 
         raise refused(f"{path}{what and ' '}{what}", cause, f"{kept}free some space, or write "
                       "elsewhere") from None
     finally:  # (no partial file is left behind)
-        with suppress(OSError):
-            os.remove(tmp)
+        if not through:
+            with suppress(OSError):
+                os.remove(tmp)
 
 @contextmanager
 def written(path, mode='w'):  # -> saving's file, open to write
@@ -526,4 +609,31 @@ def save(ckpt, path, iter_num):  # torch.save, atomically (saving), with its che
     with saving(path, f"(at iter {iter_num})") as tmp, open(tmp, 'wb') as f:
         torch.save({**ckpt, 'digest': digest(ckpt['model'])}, f)
 
-sys.excepthook = excepthook  # imported first by every script: its one entry handler
+class Printed:  # every script's stdout: each write flushed, so that one the OS refuses
+    stop = None  # (> /dev/full) fails at the print that meets it, named, as one that cannot
+    # encode a character (PYTHONIOENCODING=ascii): the excepthook's line. Training: a Stop
+
+    def __init__(self, out):
+        self.out = out
+
+    def write(self, text):
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except UnicodeEncodeError as e:
+            raise InputError(f"stdout's encoding, {e.encoding}, has no character U+"
+                             f"{ord(e.object[e.start]):04X}: set PYTHONIOENCODING=utf-8 (or a "
+                             "UTF-8 locale)") from None
+        except OSError as e:  # (what is left to print, the exit's flush too, goes nowhere)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+            if self.stop:  # training: finish the step, save, exit
+                return self.stop.stdout_failed()
+            e.filename = e.filename or 'stdout'
+            raise
+
+    def __getattr__(self, name):  # the rest of stdout's: flush, fileno, encoding, ...
+        return getattr(self.out, name)
+
+sys.excepthook = excepthook  # imported first by every script: its one entry handler, from the
+if sys.stdout is sys.__stdout__ and sys.stdout:  # first print on (where no test replaced stdout)
+    sys.stdout = Printed(sys.stdout)

@@ -4,7 +4,7 @@ meta.json, eval.jsonl (held-out documents). Other scripts import its tokenizers 
 $ python prepare.py --dataset=topics --tokenizer=byte --mirror=../shared/data"""
 import csv, gzip, html, io, itertools, json, os, pathlib, random, re, zipfile, zlib
 from contextlib import ExitStack, suppress
-from guards import InputError, check_output, check_prepared, written
+from guards import InputError, check_output, check_prepared, lock, unlock, written
 import numpy as np
 
 dataset = 'topics'  # topics: code, math, dialogue, news, poetry
@@ -230,6 +230,9 @@ def load_meta(data_dir):  # -> meta.json's tokenizer, vocab_size, eot, dtype and
     if not os.path.isdir(root or '.'):  # (paths are relative to the working directory: name it)
         raise data_error(path, f"not found (there is no {root}/ in the working directory "
                                f"{os.getcwd()}: run from the one that holds it)")
+    if not os.path.exists(path) and os.path.exists(os.path.join(data_dir, 'train.bin')):
+        raise data_error(path, "not found beside its train.bin: it says how to read it, JSON of "
+                               "tokenizer (gpt2, byte), vocab_size, eot and dtype (uint16)")
     regular(path)
     try:  # not UTF-8 or not JSON: ValueError; not an object: TypeError; a key missing: KeyError
         meta = json.load(open(path, 'rb'))
@@ -274,16 +277,17 @@ def read_eval_docs(path):  # -> (docs, n_bad): eval.jsonl's {"topic", "text"[, "
 def main():
     out_dir = os.path.join(data_root, dataset + '_byte' * (tokenizer == 'byte'))  # topics_byte
     check_output(out_dir, 'data_root', folder=True)
-    eot, held, train, val = (fineweb if dataset == 'fineweb' else documents)()
-    check_prepared(out_dir, train, held, dataset == 'sft' and block_size)
-    meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
-                row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
-    lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in held)
-    files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
-             'meta.json': [json.dumps(meta, indent=2).encode()]}
-    with ExitStack() as written_all:  # each file whole before any replaces its old one: stopped
-        for name, parts in files.items():  # or failed, the folder's files stay as they were
-            f = written_all.enter_context(written(os.path.join(out_dir, name), 'wb'))
+    with ExitStack() as held:  # one prepare.py at a time writes out_dir (its lock); each file is
+        held.callback(unlock, lock(out_dir, 'prepare.py', 'dataset'))  # whole before any replaces
+        eot, docs, train, val = (fineweb if dataset == 'fineweb' else documents)()  # its old one
+        check_prepared(out_dir, train, docs, dataset == 'sft' and block_size)
+        meta = dict(tokenizer=tokenizer, vocab_size=eot + 1, eot=eot, dtype=str(val[0].dtype),
+                    row=block_size if dataset == 'sft' else 0)  # sft: train.py draws whole rows
+        lines = ''.join(json.dumps(d, ensure_ascii=False) + '\n' for d in docs)
+        files = {'train.bin': train, 'val.bin': val, 'eval.jsonl': [lines.encode()],
+                 'meta.json': [json.dumps(meta, indent=2).encode()]}
+        for name, parts in files.items():  # (stopped or failed: the old files stay as they were)
+            f = held.enter_context(written(os.path.join(out_dir, name), 'wb'))
             f.writelines(parts)  # bytes or token arrays (a shard: memory-mapped)
             print(f"wrote {os.path.join(out_dir, name)}: {f.tell():,} bytes")
 

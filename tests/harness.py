@@ -152,16 +152,20 @@ def one_line_error(r, *words):
 
 
 @contextmanager
-def read_only_folder(path):
-    """path, a new empty folder that nobody may write to: a read-only tmpfs mounted there (root, who
-    may write to any folder whatever its mode), or mode 555; skips the test where neither works."""
+def read_only_folder(path, files=None):
+    """path, a new folder holding files ({name: bytes}) that nobody may write to: a read-only tmpfs mounted there
+    (root, who may write to any folder whatever its mode), or mode 555; skips the test where neither works."""
     path.mkdir()
     root = os.geteuid() == 0
-    if not root:
-        path.chmod(0o555)
-    elif subprocess.run(['mount', '-t', 'tmpfs', '-o', 'ro', 'tmpfs', str(path)],
-                        capture_output=True).returncode:
+    mount = lambda *args: subprocess.run(['mount', *args], capture_output=True).returncode == 0
+    if root and not mount('-t', 'tmpfs', 'tmpfs', str(path)):
         pytest.skip('no read-only folder here: root, and mount is not allowed')
+    for name, data in (files or {}).items():
+        (path / name).write_bytes(data)
+    if root:
+        assert mount('-o', 'remount,ro', str(path))
+    else:
+        path.chmod(0o555)
     try:
         yield path
     finally:

@@ -279,6 +279,19 @@ def test_broken_meta_json_is_named_with_the_fix(case, tmp_path):
         assert f"lacks the key '{case[8:]}'" in str(e.value)
 
 
+def test_a_data_folder_without_meta_json_names_its_fields(tmp_path):
+    """train.bin and val.bin made by another program (nanoGPT's prepare writes meta.pkl): meta.json, which says how
+    to read them, is named with its fields and the command that makes the folder (it was only 'not found')."""
+    d = tmp_path / 'data' / 'topics_byte'
+    d.mkdir(parents=True)
+    np.arange(100, dtype=np.uint16).tofile(d / 'train.bin')
+    with pytest.raises(InputError) as e:
+        prepare.load_meta(str(d))
+    for words in (f'{d / "meta.json"} not found beside its train.bin', 'JSON of tokenizer (gpt2, byte), vocab_size, '
+                  'eot and dtype (uint16)', FIX):
+        assert words in str(e.value), (words, str(e.value))
+
+
 BIN_BROKEN = {'missing': None, 'empty': b'', 'odd_size': b'\x01\x00\x02',
               'id_beyond_vocab': np.array([1, 2, 257], np.uint16).tobytes()}
 

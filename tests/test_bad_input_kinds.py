@@ -6,7 +6,7 @@ change, and nothing the user had is lost.
 Where the process boundary is the point (resume, the dtype a script picks, signals, torchrun's ranks) the scripts
 run as subprocesses in the background (harness.py's @work); the rest run here, as `python SCRIPT ARGS` would
 (runpy), on an untrained tiny checkpoint made by hand: a few ms each."""
-import ast, json, os, runpy, shlex, signal, subprocess, sys
+import ast, json, os, runpy, shlex, signal, stat, subprocess, sys, threading
 from dataclasses import asdict
 
 import numpy as np
@@ -128,6 +128,29 @@ OPTIONS = {  # name: (setup(folder) or None, script and args, words the error li
                                     ['--estimate=v99', 'no config/v99.py', 'e.g. --estimate=v3']),
     'frontier_a_seed_twice': (None, ('lab/frontier.py', '--seeds=(1,1)'),
                               ["'--seeds=(1, 1)'", 'need a tuple of whole numbers, each once', 'e.g.']),
+    # a checkpoint's settings are input: checked against the command line's domains (a traceback, or a hint to
+    # lower --min_lr for learning_rate='fast')
+    'checkpoint_with_a_negative_batch_size': (lambda d: edit_ckpt(d, lambda c: resumable(c, batch_size=-5)),
+                                              (*[a for a in TRAIN if '--batch_size' not in a], '--max_iters=2',
+                                               '--init_from=resume'),
+                                              ['out/ckpt.pt holds batch_size = -5', 'batch_size >= 1', 'edited']),
+    'checkpoint_with_a_learning_rate_in_words': (
+        lambda d: edit_ckpt(d, lambda c: c['config'].update(learning_rate='fast', min_lr=1e-4)), SAMPLE,
+        ["out/ckpt.pt holds learning_rate = 'fast'", 'learning_rate > 0', 'use another, or train it again']),
+    'checkpoint_with_a_batch_size_of_another_type': (
+        lambda d: edit_ckpt(d, lambda c: c['config'].update(batch_size=4.0)), EVAL,
+        ['out/ckpt.pt holds batch_size = 4.0', 'a value of type int']),
+    'checkpoint_with_heads_that_do_not_divide': (
+        lambda d: edit_ckpt(d, lambda c: c['model_args'].update(n_head=0)), SAMPLE,
+        ['out/ckpt.pt holds n_head = 0', 'n_head >= 1']),
+    # a run larger than the memory this machine has: refused before the work (it used to allocate until the OS
+    # refused, or killed it: exit 137)
+    'eval_a_batch_larger_than_the_memory': (None, (*EVAL, '--batch_size=100000000000'),
+                                            ['eval.py --batch_size=100000000000 needs about', 'GB, this machine has',
+                                             'GB available: try --batch_size=']),
+    'train_a_model_larger_than_the_memory': (None, (*TRAIN, '--n_embd=65536', '--out_dir=big'),
+                                             ['train.py --batch_size=2 needs about', 'GB, this machine has',
+                                              'the model alone needs more']),
     'a_rule_the_defaults_break_gives_no_example': (None, (*TRAIN, '--exit_gate=True'),
                                                    ['--exit_gate=True', 'supervise']),
 }
@@ -137,6 +160,13 @@ def edit_ckpt(d, change):
     ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
     change(ckpt)
     torch.save(ckpt, d / 'out' / 'ckpt.pt')
+
+
+def resumable(ckpt, **config):
+    """ckpt, with an optimizer's state (train.py's, for its model) to resume, and config's settings."""
+    model = GPT(GPTConfig(**ckpt['model_args']))
+    ckpt.update(optimizer=model.configure_optimizers(0.1, 1e-3, (0.9, 0.95), 'cpu').state_dict())
+    ckpt['config'].update(config)
 
 
 def files(d):
@@ -198,12 +228,36 @@ def test_each_model_gets_its_own_depth_map(here, monkeypatch, capsys):
     assert 'the ACT gate' not in (here / 'out' / 'map.html').read_text()
 
 
-def test_a_link_to_nowhere_at_html_is_replaced_by_the_map(here, monkeypatch, capsys):
-    """Every file is written beside its path and renamed onto it: a link there is replaced, not followed."""
-    os.symlink(here / 'no' / 'where.html', here / 'map.html')
-    error, out = script(*EVAL, '--html=map.html', monkeypatch=monkeypatch, capsys=capsys)
-    assert error is None and 'wrote out/eval.json and map.html' in out
-    assert (here / 'map.html').is_file() and not (here / 'map.html').is_symlink()
+def test_a_link_at_html_is_kept_and_its_target_gets_the_map(here, monkeypatch, capsys):
+    """The map is written beside the link's target and renamed onto it: a link to a file, or to nowhere, stays a
+    link (every write used to rename its file onto the link, replacing it)."""
+    (here / 'maps').mkdir()
+    (here / 'maps' / 'old.html').write_text('old')
+    os.symlink(here / 'maps' / 'old.html', here / 'map.html')
+    os.symlink(here / 'no' / 'where.html', here / 'nowhere.html')
+    for link, target in (('map.html', 'maps/old.html'), ('nowhere.html', 'no/where.html')):
+        error, out = script(*EVAL, f'--html={link}', monkeypatch=monkeypatch, capsys=capsys)
+        assert error is None and f'wrote out/eval.json and {link}' in out
+        assert (here / link).is_symlink() and 'depth map' in (here / target).read_text()
+    assert os.listdir(here / 'maps') == ['old.html']  # no temporary file left beside the target
+
+
+def test_a_device_or_a_fifo_at_html_is_written_through(here, monkeypatch, capsys):
+    """--html=a character device (a copy of /dev/null, made with mknod) or a named pipe: written in place, never
+    replaced by a regular file (it used to be: /dev/null as root became a file of HTML)."""
+    if os.geteuid() != 0:
+        pytest.skip('mknod of a character device needs root')
+    os.mknod(here / 'null', 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    os.mkfifo(here / 'pipe')
+    got = []
+    reader = threading.Thread(target=lambda: got.append((here / 'pipe').read_text()), daemon=True)
+    reader.start()  # (it waits for the writer, as `cat pipe` in another terminal)
+    for name in ('null', 'pipe'):
+        error, out = script(*EVAL, f'--html={name}', monkeypatch=monkeypatch, capsys=capsys)
+        assert error is None and f'wrote out/eval.json and {name}' in out
+    assert stat.S_ISCHR(os.stat(here / 'null').st_mode) and stat.S_ISFIFO(os.stat(here / 'pipe').st_mode)
+    reader.join()  # (the pipe was written whole and closed: the reader has its end)
+    assert 'depth map' in got[0] and sorted(os.listdir(here)) == ['data', 'null', 'out', 'pipe']
 
 
 def test_every_model_is_checked_before_any_work(here, monkeypatch, capsys):
@@ -229,6 +283,58 @@ def test_running_out_of_memory_is_one_line(capsys, monkeypatch):
         sys.excepthook, sys.argv = old_hook, old_argv
     lines = capsys.readouterr().err.splitlines()
     assert lines == ['error: out of memory: lower --batch_size'] * 2
+
+
+@pytest.mark.parametrize('kw', [dict(), dict(loops=(3, 5)), dict(supervise=(1, 2, 4)), dict(phantom=True, phantom_steps=2),
+                                dict(act=True), dict(loops=())])
+def test_the_memory_estimate_follows_what_autograd_keeps(kw):
+    """guards.memory's training activations against what autograd keeps for backward, measured as bench.py
+    --estimate measures it (each saved storage once, no weights): within a quarter, for every kind of model."""
+    c = GPTConfig(**{**dict(block_size=64, vocab_size=2000, n_embd=64, n_head=4, n_prelude=1, loops=(4,), n_coda=1),
+                     **kw})
+    torch.manual_seed(0)
+    model, x = GPT(c), torch.randint(c.vocab_size, (4, c.block_size))
+    weights, saved = {p.untyped_storage().data_ptr() for p in model.parameters()}, {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in weights:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x, x)
+    estimate = 4 * guards.memory(asdict(c), True)[1]
+    assert 0.75 < estimate / sum(saved.values()) < 1.25, (estimate, sum(saved.values()))
+
+
+def test_a_missing_checkpoint_names_a_few_candidates(tmp_path, monkeypatch):
+    """A typo'd --out_dir among many runs: the closest and the newest, five at most (it used to list them all)."""
+    monkeypatch.chdir(tmp_path)
+    for i in range(8):
+        (tmp_path / f'run-{i}').mkdir()
+        (tmp_path / f'run-{i}' / 'ckpt.pt').write_bytes(b'')
+        os.utime(tmp_path / f'run-{i}' / 'ckpt.pt', (i, i))  # run-7 the newest
+    with pytest.raises(InputError) as e:
+        load_checkpoint('run-2x/ckpt.pt', GPT.from_checkpoint)
+    found = str(e.value).split('found ')[1].split(' and ')[0].split(', ')
+    assert found == ['run-2/ckpt.pt', 'run-7/ckpt.pt', 'run-6/ckpt.pt', 'run-5/ckpt.pt', 'run-4/ckpt.pt'], e.value
+    assert str(e.value).endswith('and 3 more: add --out_dir=run-2')
+
+
+def test_an_eval_of_a_model_in_a_read_only_folder_says_how_to_copy_it(here, monkeypatch, capsys):
+    """eval.py writes eval.json beside the model: a read-only model folder used to get 'give another --out_dir',
+    which names another model, not a way out."""
+    with read_only_folder(here / 'ro', {'ckpt.pt': (here / 'out' / 'ckpt.pt').read_bytes()}):
+        fails(script(*EVAL, '--out_dir=ro', monkeypatch=monkeypatch, capsys=capsys),
+              'cannot write ro/eval.json', 'cp -r ro ~/copy', 'give --out_dir=~/copy')
+
+
+def test_heads_too_narrow_to_learn_are_said(here, monkeypatch, capsys):
+    """n_embd / n_head below 8 trains, and learns little: said once, at the start (a note, not a refusal: the
+    model is legal, and a test or a sweep may want it)."""
+    error, out = script(*TRAIN, '--n_head=4', '--out_dir=narrow', monkeypatch=monkeypatch, capsys=capsys)
+    assert error is None and 'note: --n_embd=16 --n_head=4 gives heads of 4 numbers: below 8' in out
+    error, out = script(*TRAIN, '--out_dir=wide', monkeypatch=monkeypatch, capsys=capsys)
+    assert error is None and 'note:' not in out
 
 
 def test_a_checkpoint_of_another_version_names_the_keys(tmp_path):
@@ -278,7 +384,7 @@ def test_a_reprepare_into_a_folder_it_cannot_write_is_one_line(tmp_path, monkeyp
         monkeypatch.setattr(prepare, 'data_root', str(tmp_path / 'data'))
         monkeypatch.setattr(prepare, 'tokenizer', 'byte')
         with pytest.raises(InputError, match=r'cannot write .*topics_byte: (Read-only file system|Permission '
-                                             r'denied) .*probe.tmp.*: give another --data_root'):
+                                             r'denied) .*probe\.\d+\.tmp.*: give another --data_root'):
             prepare.main()
         assert json.loads((old / 'meta.json').read_text()) == META and os.listdir(old) == ['meta.json']
     finally:

@@ -114,3 +114,26 @@ def test_an_include_of_a_missing_file_names_that_file(tmp_path):
     with pytest.raises(InputError) as e:
         guards.run_config(str(tmp_path / 'a.py'), {})
     assert str(e.value).startswith(f"config file {tmp_path / 'missing.py'}: No such file or directory"), e.value
+
+
+@pytest.mark.parametrize('name,arg,words', [
+    ('train.py', '--n_layer=12', 'nanoloop has no n_layer: the depth is n_prelude + sum(loops) + n_coda'),
+    ('train.py', '--wandb_log=True', "nanoloop has no wandb_log: no wandb: the run's log is what train.py prints"),
+    ('sample.py', '--init_from=resume', "nanoloop has no init_from: sample.py and eval.py read --out_dir's checkpoint"),
+    ('train.py', '--init_from=gpt2-xl', 'no checkpoint at gpt2-xl/ckpt.pt: nanoloop has no GPT-2 weights'),
+    ('sample.py', '--dtype=float16', "--dtype=float16: need empty (the default), float32 or bfloat16; no float16")])
+def test_nanogpt_settings_are_told_what_stands_for_them(name, arg, words, tmp_path, monkeypatch):
+    """A nanoGPT user's settings: --n_layer used to get 'did you mean --n_head?', --wandb_log 'did you mean
+    --eval_only?', --init_from=gpt2 a list of checkpoints, --dtype=float16 the rule's Python."""
+    monkeypatch.chdir(tmp_path)
+    error = script(name, arg, monkeypatch=monkeypatch)
+    assert words in error and 'did you mean' not in error, error
+
+
+def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path, monkeypatch, capsys):
+    """A config file saved with a UTF-8 BOM (Notepad does) used to be 'SyntaxError: invalid non-printable
+    character U+FEFF'; Python itself reads such a file."""
+    (tmp_path / 'bom.py').write_bytes('\ufeffnum_samples = 2  # caf\u00e9\n'.encode('utf-8'))
+    monkeypatch.setenv('NANOLOOP_ARGS_ONLY', '1')
+    assert script('sample.py', str(tmp_path / 'bom.py'), monkeypatch=monkeypatch) == 0
+    assert f"Overriding config with {tmp_path / 'bom.py'}" in capsys.readouterr().out

@@ -97,7 +97,8 @@ def outside(domain, default, key):
     if domain in PATHS:
         bad = [f'~nobody_at_all_{key}/run', f'{UNSET}/run', 'run\tx', ' run', 'run ']
         bad += [''] if default != '' else []
-        bad += {'name': ['a/b', '..'], 'new folder': ['a_file'], 'new file': ['a_folder']}.get(domain, [])
+        bad += {'name': ['a/b', '..'], 'new folder': ['a_file'], 'new file': ['a_folder'],
+                'folder': ['a_file', 'nowhere']}.get(domain, [])
         return bad
     return [v for v in candidates(domain, default) if not inside(domain, v)]
 

@@ -3,12 +3,12 @@ limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so that a write fails as on a full di
 and a dataset are written; a closed pipe; Ctrl-C (SIGINT) in sample.py and eval.py; a tensor's bytes overwritten
 in a saved checkpoint; a FIFO where a file belongs, one given as the prompt and one among the downloads; config
 files that are Python."""
-import json, os, signal, struct, threading, zipfile
+import json, os, signal, struct, subprocess, sys, threading, zipfile
 
 import pytest
 
 from harness import *  # noqa: F401,F403  (helpers and the jobs/job fixtures)
-from harness import SERVER, ENV
+from harness import SERVER, ENV, PATIENCE
 from prepare import SHAKESPEARE
 
 EVAL = ('eval.py', '--out_dir=out', '--device=cpu', '--eval_iters=1', '--batch_size=4')
@@ -82,6 +82,37 @@ def test_a_file_size_limit_during_a_prepare(job):
     r, before, after, names = job
     one_line_error(r, 'cannot write data/shakespeare_byte/train.bin: File too large', 'left as it was')
     assert after == before and names == ['shakespeare_byte']  # the old folder, whole; nothing half-made
+
+
+# ---------------------------------------------------------------- a stdout that fails: /dev/full, an ASCII terminal
+def fresh_python(d, script, *args, env=(), stdout=subprocess.PIPE):
+    """`python script args` as a user starts it: a new interpreter (a fork of the server would keep the server's
+    stdout, its encoding and buffering), stdout block-buffered as it is for a file."""
+    env = {k: v for k, v in {**ENV, **dict(env)}.items() if k != 'PYTHONUNBUFFERED'}
+    return subprocess.run([sys.executable, str(REPO / script), *map(str, args)], cwd=d, env=env, stdout=stdout,
+                          stderr=subprocess.PIPE, text=True, timeout=PATIENCE)
+
+
+@work
+def a_stdout_that_fails_is_one_line(d):
+    copy_run(trained_run(d), d)
+    (d / 'prompt.txt').write_text('Caf\u00e9 ', encoding='utf-8')
+    with open('/dev/full', 'w') as full:  # every write to it fails: No space left on device
+        train = fresh_python(d, 'train.py', *TINY, stdout=full, env={'NANOLOOP_ARGS_ONLY': '1'})
+        ev = fresh_python(d, *EVAL, stdout=full)
+    sample = fresh_python(d, *SAMPLE, '--start=FILE:prompt.txt', env={'PYTHONIOENCODING': 'ascii'})
+    return train, ev, sample, listing(d / 'out')
+
+
+def test_a_stdout_that_fails_is_one_line(job):
+    """`python train.py ... > /dev/full` used to end in an OSError traceback at the first 'Overriding:' line (or,
+    buffered, 'Exception ignored' and status 120); a prompt that an ASCII stdout cannot show, in a
+    UnicodeEncodeError traceback."""
+    train, ev, sample, names = job
+    for r in (train, ev):
+        one_line_error(r, 'cannot use stdout: No space left on device', '> FILE')
+    one_line_error(sample, "stdout's encoding, ascii, has no character U+00E9", 'PYTHONIOENCODING=utf-8')
+    assert names == ['ckpt.pt']  # eval stopped at its first line: no report written
 
 
 # ---------------------------------------------------------------- shell habits: a closed pipe, Ctrl-C

@@ -228,6 +228,13 @@ def test_mirror_missing_file_is_one_line_error(sources, tmp_path):
     assert_one_line_error(r, os.path.join(sources, prepare.HOST, prepare.AGNEWS), '<host>/<path>')
     assert not os.path.exists(tmp_path / 'd' / 'topics_byte' / 'meta.json')
 
+def test_a_mirror_that_is_not_there_is_named(tmp_path):
+    """--mirror at a folder that is missing (a typo, another working directory) used to be 'nowhere/raw.githubuser
+    content.com/.../new_codealpaca.json not found: --mirror must be laid out as <host>/<path>'."""
+    r = run('--dataset=topics', '--tokenizer=byte', '--mirror=nowhere', f'--data_root={tmp_path / "d"}', cwd=tmp_path)
+    assert_one_line_error(r, f'--mirror=nowhere: no such folder (in {tmp_path}): give a folder that is there')
+    assert os.listdir(tmp_path) == []
+
 def test_failed_download_names_url_and_mirror(tmp_path):
     with serve(functools.partial(Quiet, directory=str(tmp_path))) as url:  # serves nothing: 404
         r = run('--dataset=shakespeare', '--tokenizer=byte', f'--base_url={url}',
@@ -300,6 +307,33 @@ def test_interrupted_rerun_leaves_the_folder_as_it_was(sources, tmp_path, monkey
     assert snapshot(root / 'topics_byte') != first and os.listdir(root) == ['topics_byte']
     held = read_outputs(root / 'topics_byte')[1]
     assert Counter(d['topic'] for d in held) == {t: 1 for t in EXPECTED}
+
+def test_two_prepares_into_one_folder(sources, tmp_path):
+    """Two prepare.py at once into data/topics_byte: the first holds the folder (it waits on a download, from a
+    server that answers only when told), the second is refused in one line naming the first; the first then ends
+    with one whole dataset. They used to write the same .tmp files and remove each other's folder."""
+    arrived, go = threading.Event(), threading.Event()
+
+    class Held(Quiet):  # answers each request once the test says go
+        def do_GET(self):
+            arrived.set()
+            go.wait()
+            super().do_GET()
+    args = ['--dataset=topics', '--tokenizer=byte', '--eval_docs=2', f'--data_root={tmp_path / "data"}']
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    with serve(functools.partial(Held, directory=os.path.join(sources, prepare.HOST))) as url:
+        first = harness.start(tmp_path, 'prepare.py', *args, f'--base_url={url}', env=env)
+        arrived.wait(harness.PATIENCE)  # the first has the lock: it downloads
+        second = harness.run(tmp_path, 'prepare.py', *args, f'--mirror={sources}', env=env)
+        go.set()
+        pid, first = first.pid, harness.finish(first)
+    assert first.returncode == 0, first.stderr
+    assert_one_line_error(second, f'{tmp_path / "data" / "topics_byte"} is being written by another prepare.py '
+                                  f'(pid {pid})', 'wait for it', '--dataset')
+    meta, held, trained = read_outputs(tmp_path / 'data' / 'topics_byte')  # one whole dataset
+    assert Counter(d['topic'] for d in held) == {t: 2 for t in EXPECTED}
+    assert sorted(os.listdir(tmp_path / 'data' / 'topics_byte')) == ['eval.jsonl', 'meta.json', 'train.bin',
+                                                                     'val.bin']
 
 def test_data_root_that_is_a_file_is_one_line_error(sources, tmp_path):
     (tmp_path / 'afile').write_text('')

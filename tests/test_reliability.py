@@ -311,15 +311,17 @@ def test_bad_input_is_one_line_error_naming_the_fix(job, case):
 # ---------------------------------------------------------------- a read-only disk (a full one: test_faults.py)
 @work
 def save_on_a_read_only_disk_is_refused_before_any_work(d):
-    """The save's file, out/ckpt.pt.tmp, points into a read-only folder: the probe meets it before training."""
+    """out/ckpt.pt, a link to a checkpoint in a read-only folder: the save goes beside the link's target, and the
+    probe meets the read-only folder before training."""
     before = clone(base(d), d)
-    with read_only_folder(d / 'ro'):
-        os.symlink(d / 'ro' / 'ckpt.pt.tmp', d / 'out' / 'ckpt.pt.tmp')
+    with read_only_folder(d / 'ro', {'ckpt.pt': before}):
+        (d / 'out' / 'ckpt.pt').unlink()
+        os.symlink(d / 'ro' / 'ckpt.pt', d / 'out' / 'ckpt.pt')
         r = run(d, 'train.py', *TINY, '--init_from=resume', '--max_iters=3', '--eval_interval=3')
-    return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(n for n in os.listdir(d / 'out') if n != 'log.jsonl')
+        return r, before, (d / 'out' / 'ckpt.pt').read_bytes(), sorted(n for n in os.listdir(d / 'out') if n != 'log.jsonl')
 
 
 def test_save_on_a_read_only_disk_is_refused_before_any_work(job):
     r, before, after, listing = job
-    one_line_error(r, 'cannot write out/ckpt.pt', '(out/ckpt.pt.tmp)', '--out_dir')  # read-only, or no access
-    assert after == before and listing == ['ckpt.pt', 'ckpt.pt.tmp'] and 'iter 3' not in r.stdout
+    one_line_error(r, 'cannot write', '/ro/ckpt.pt', '--out_dir')  # read-only, or no access
+    assert after == before and listing == ['ckpt.pt'] and 'iter 3' not in r.stdout

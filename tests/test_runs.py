@@ -61,7 +61,7 @@ def as_typed(command):
 def test_rerun_without_resume_refuses_and_says_how(job):
     first, before, rerun, after, m, typed, resumed_iter, over, over_iter, listing = job
     ok(first)
-    assert listing == ['ckpt.pt'], 'the finished run left its (0-byte) train.lock behind'
+    assert listing == ['ckpt.pt', 'log.jsonl'], 'the finished run left its (0-byte) train.lock behind'
     one_line_error(rerun, 'out/ckpt.pt', 'already holds a run', '--init_from=resume', '--overwrite=True')
     assert after == before and 'saved checkpoint' not in rerun.stdout
     assert m and typed is not None
@@ -131,7 +131,7 @@ def test_ctrl_c_answers_at_once_and_a_second_one_forces(job):
     ckpt = load(d / 'out' / 'ckpt.pt')  # whole, and at a finished, evaluated step
     saved = re.findall(r'^saved checkpoint to out/ckpt.pt \(iter (\d+)\)$', out, re.M)
     assert ckpt['iter_num'] >= 1 and ckpt['iter_num'] == int(saved[-1])
-    assert os.listdir(d / 'out') == ['ckpt.pt']  # no half-written ckpt.pt.tmp, no lock left
+    assert sorted(os.listdir(d / 'out')) == ['ckpt.pt', 'log.jsonl']  # no half-written .tmp, no lock left
 
 
 @work
