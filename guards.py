@@ -54,7 +54,7 @@ TRAIN_RULES = [
                                    ('exit_gate', 'exit_beta'))]]
 
 # Each script's keys: {script: (each key's valid values, the rules across keys in words)}. x is
-# the key's value; configurator.py checks them before any work (test_domains tests them all)
+# the key's value; configurator.py checks them before any work (tests/test_input.py tests them all)
 KEYS = {
     'train.py': (
         {**MODEL_KEYS, 'out_dir': 'new folder', 'init_from': 'path',

@@ -1,18 +1,23 @@
-"""Shared by the tests that run the scripts: tiny byte-level data, running scripts as processes, and one-line-error
-checks. A script runs in a process of its own, forked from a server that imported torch once (forkserver.py: a
-fresh `python` would spend ~4 s of CPU on the import alone); a test's runs go in a `@work` function that its
-module starts in the background (a few threads, in test order) as soon as the first test asks; the test itself
-then only waits for its own results and asserts."""
-import json, os, random, re, shutil, socket, subprocess, sys, threading
+"""Shared by the tests that run the scripts: tiny byte-level data, a trained and an untrained tiny model, running
+scripts as processes (or here, as `python SCRIPT ARGS` would), one-line-error checks, and the seatbelt tests' tables
+of cases (a folder, a change to it, a command, the words of its one error line). A script runs in a process of its
+own, forked from a server that imported torch once (forkserver.py: a fresh `python` would spend ~4 s of CPU on the
+import alone); a test's runs go in a `@work` function that its module starts in the background (a few threads, in
+test order) as soon as the first test asks; the test itself then only waits for its own results and asserts."""
+import json, os, random, re, runpy, shlex, shutil, socket, subprocess, sys, threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import guards
 from forkserver import Server
+from model import GPT, GPTConfig
+from prepare import SHAKESPEARE
 
 REPO = Path(__file__).resolve().parents[1]
 PATIENCE = 900  # seconds a run may take before a test calls it hung: 100x what any takes on an idle machine,
@@ -61,6 +66,73 @@ def copy_run(src, dst, out='out'):
     shutil.copytree(src / 'data', dst / 'data', dirs_exist_ok=True)
     shutil.copytree(src / 'out', dst / out)
     return (dst / out / 'ckpt.pt').read_bytes()
+
+
+def trained(d):
+    """d/data/tiny and d/out of the 2-iteration TINY run (trained_run's copy)."""
+    copy_run(trained_run(d), d)
+
+
+def save_model(path, dataset='topics_byte', **kw):
+    """path/ckpt.pt: an untrained tiny model saved as train.py saves one (float32, block_size 32)."""
+    cfg = GPTConfig(**{**dict(block_size=32, vocab_size=257, n_embd=16, n_head=2, n_prelude=1, loops=(2,),
+                              n_coda=1), **kw})
+    torch.manual_seed(0)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(model=GPT(cfg).state_dict(), model_args=asdict(cfg), iter_num=0, best_val_loss=9.0,
+                    optimizer={}, meta=META, config=dict(dataset=dataset, block_size=32, dtype='float32')),
+               path / 'ckpt.pt')
+
+
+_untrained = threading.Lock()
+
+
+def untrained(d):
+    """d/data/topics_byte (as prepare.py --dataset=topics --tokenizer=byte would write it) and d/out/ckpt.pt
+    (save_model's), copied from a folder made once a session (beside d)."""
+    root = d.parent / 'untrained'
+    with _untrained:
+        if not (root / 'out' / 'ckpt.pt').exists():
+            make_data(root, 'topics_byte')
+            save_model(root / 'out')
+    shutil.copytree(root, d, dirs_exist_ok=True)
+    return d
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch):
+    """tmp_path as the working directory, with data/topics_byte and out/ckpt.pt (untrained)."""
+    monkeypatch.chdir(untrained(tmp_path))
+    return tmp_path
+
+
+def shakespeare(d, n=80):
+    """d/mirror, holding a small tinyshakespeare (prepare.py --mirror=mirror reads it)."""
+    src = d / 'mirror' / 'raw.githubusercontent.com' / SHAKESPEARE
+    src.parent.mkdir(parents=True, exist_ok=True)
+    src.write_text(''.join(f"CITIZEN {i}:\nWe are accounted poor citizens, the patricians good.\n\n" for i in range(n)))
+
+
+def files(d):
+    """Everything under d -> its bytes (a folder: None): what a failed run must leave as it was."""
+    return {str(p.relative_to(d)): p.read_bytes() if p.is_file() else None for p in sorted(Path(d).rglob('*'))}
+
+
+def names(folder):
+    """The names in folder, but a run's log.jsonl (appended a line at a time, never half a line)."""
+    return sorted(name for name in os.listdir(folder) if name != 'log.jsonl')
+
+
+def edit(name, data, under='data/topics_byte'):
+    """A case's change: (over)write a file of data/topics_byte, or of the folder itself (under='.')."""
+    return lambda d: (d / under / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def edit_ckpt(d, change):
+    """change(the checkpoint d/out/ckpt.pt), saved again."""
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    change(ckpt)
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
 
 
 STARTED = []  # the runs started; when a module's tests end, those still running are killed (kill_leftovers)
@@ -149,6 +221,89 @@ def one_line_error(r, *words):
     for w in words:
         assert w.lower() in errors[0].lower(), f"{w!r} not in {errors[0]!r}"
     return errors[0]
+
+
+LIMITED = """import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]),) * 2)
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name='__main__')"""
+
+
+def limited(cwd, limit, script, *args):
+    """`python script args` in cwd, no file of it larger than limit bytes (a disk that refuses a write)."""
+    return finish(SERVER.start(['-c', LIMITED, str(limit), str(REPO / script), *map(str, args)], cwd, ENV))
+
+
+# ---------------------------------------------------------------- the seatbelt tests' tables of cases
+SAMPLE = ('sample.py', '--device=cpu', '--max_new_tokens=2', '--num_samples=1')
+EVAL = ('eval.py', '--device=cpu', '--eval_iters=1', '--batch_size=4')
+TRAIN = ('train.py', '--dataset=topics_byte', '--n_embd=16', '--n_head=2', '--n_prelude=1', '--loops=(2,)',
+         '--n_coda=1', '--block_size=32', '--batch_size=2', '--max_iters=1', '--device=cpu')  # on untrained's data
+
+
+def on(base, table):
+    """{name: (change(folder) or None, script and args, words)} -> each case with the folder it starts from:
+    base(folder), untrained or trained."""
+    return {name: (base, *case) for name, case in table.items()}
+
+
+def refused_run(d, base, change, cmd):
+    """A case, as a process: base(d), change(d), cmd in d -> (its result, what d held before, after)."""
+    base(d)
+    if change:
+        change(d)
+    before = files(d)
+    return run(d, *cmd), before, files(d)
+
+
+def refused(job, words):
+    """refused_run's result: one line with every word; nothing made, changed or lost, no checkpoint saved."""
+    r, before, after = job
+    one_line_error(r, *words)
+    assert after == before, 'a failing run changed what its folder held'
+    assert 'saved checkpoint' not in r.stdout
+
+
+def script(name, *args, monkeypatch, capsys):
+    """Run a script here as `python name args` would -> (its one error line or None, its stdout)."""
+    monkeypatch.setattr(sys, 'argv', [name, *args])
+    monkeypatch.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
+    try:
+        runpy.run_path(str(REPO / name), run_name='__main__')
+    except SystemExit as e:  # (a script that ends early on purpose)
+        assert not e.code
+    except Exception as e:  # what the entry handler prints for it: one line (else a bug's traceback)
+        out = capsys.readouterr().out
+        guards.excepthook(type(e), e, e.__traceback__)
+        error = capsys.readouterr().err.strip()
+        assert error.startswith('error: ') and '\n' not in error, error
+        return error, out
+    return None, capsys.readouterr().out
+
+
+def fails(result, *words):
+    error, _ = result
+    assert error, 'it should have failed'
+    for w in words:
+        assert w in error, f"{w!r} not in {error!r}"
+    return error
+
+
+def refused_here(here, change, args, words, monkeypatch, capsys):
+    """A case, run here (script): one line in the option's own syntax with every word, nothing made or lost;
+    an example it gives (e.g. ...) is a valid one: it gets past this error."""
+    if change:
+        change(here)
+    before = files(here)
+    error = fails(script(*args, monkeypatch=monkeypatch, capsys=capsys), *words)
+    assert files(here) == before  # nothing made, nothing lost
+    if 'e.g.' in error:
+        example = shlex.split(error.split('e.g. ')[-1])
+        keys = {a.partition('=')[0] for a in example}
+        fixed = [a for a in args if a.partition('=')[0] not in keys] + example
+        again = script(*fixed, monkeypatch=monkeypatch, capsys=capsys)[0] or 'worked: x'
+        assert again.split(': ')[2:] != error.split(': ')[2:]  # not the same problem again
 
 
 @contextmanager

@@ -1,7 +1,8 @@
 """Behaviours that a one-line change to the code would break and no other test would notice: the learning-rate
-schedule, each step's batch seed, each DDP rank's dropout seed, the depth whose val loss picks the kept checkpoint,
-the exit gate's loss mask, and eval.py's per-topic depth over real tokens only. Each checks what a run logs or
-saves, or what the model computes, against a value worked out here from the documented rule."""
+schedule, each step's batch seed, each DDP rank's dropout seed, 2 DDP processes against 1 with the same global
+batch, the depth whose val loss picks the kept checkpoint, the exit gate's loss mask, eval.py's per-topic depth
+over real tokens only, and a sample's document boundary. Each checks what a run logs or saves, or what the model
+computes, against a value worked out here from the documented rule."""
 import json, math, re
 
 import numpy as np
@@ -124,7 +125,34 @@ def test_each_ddp_rank_draws_its_own_dropout(job):
     assert gap[0.3] > 1e-5, gap  # with it, rank 1's masks are not rank 0's (alike, the mean gradient would be rank 0's)
 
 
-# ---------------------------------------------------------------- 4. the val loss that picks the checkpoint
+# ---------------------------------------------------------------- 4. 2 DDP processes, 1 process: the same run
+@work
+def ddp_two_processes_match_one_process(d):
+    """2 gloo processes, started with the environment torchrun gives them, vs 1 process with the same global batch."""
+    make_data(d)
+    args = [*TINY, '--max_iters=5', '--eval_interval=3', '--gradient_accumulation_steps=2']
+    single = start(d, 'train.py', *args, '--out_dir=single')
+    return d, ddp_ranks(d, *args, '--backend=gloo', '--out_dir=ddp'), finish(single)
+
+
+def test_ddp_two_processes_match_one_process(job):
+    d, (rank0, rank1), single = job
+    rank0, rank1, single = ok(rank0), ok(rank1), ok(single)
+    ddp_losses, one_losses = losses(rank0), losses(single)
+    assert sorted(ddp_losses) == sorted(one_losses) == list(range(1, 6))
+    for i in one_losses:
+        assert abs(ddp_losses[i] - one_losses[i]) < 1e-4, (i, ddp_losses[i], one_losses[i])
+    for i in range(1, 6):  # each log line once, from rank 0 only
+        assert len(re.findall(rf'^iter {i}: loss', rank0, re.M)) == 1
+    assert not re.search(r'^iter \d+:', rank1, re.M), rank1
+    assert rank0.count('saved checkpoint') == 2 and 'saved checkpoint' not in rank1  # at iter 3 and 5, by rank 0
+    a, b = load(d / 'ddp' / 'ckpt.pt'), load(d / 'single' / 'ckpt.pt')
+    assert a['iter_num'] == b['iter_num'] == 5
+    for k in a['model']:
+        torch.testing.assert_close(a['model'][k], b['model'][k], atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------- 5. the val loss that picks the checkpoint
 @work
 def val_loss_is_the_full_depths(d):
     """Multi-depth supervision at depth 1 of 3, one step from a model whose tied block's weights (x10) make the
@@ -154,7 +182,7 @@ def test_val_loss_is_the_full_depths(job):
     assert ckpt['best_val_loss'] == pytest.approx(nll[3], abs=1e-5), (ckpt['best_val_loss'], nll)
 
 
-# ---------------------------------------------------------------- 5. the exit gate's loss ignores ignored targets
+# ---------------------------------------------------------------- 6. the exit gate's loss ignores ignored targets
 def gated_model():
     torch.manual_seed(0)
     m = GPT(GPTConfig(block_size=16, vocab_size=50, n_embd=16, n_head=2, n_prelude=1, loops=(3,), n_coda=1,
@@ -187,7 +215,7 @@ def test_exit_gate_loss_ignores_ignored_targets():
         assert m(x, y)[1].item() != pytest.approx(loss(real).item(), abs=1e-3)  # (masking does change it)
 
 
-# ---------------------------------------------------------------- 6. eval.py: a topic's mean depth over real tokens
+# ---------------------------------------------------------------- 7. eval.py: a topic's mean depth over real tokens
 K = 4
 TEXTS = {'code': ['def g(y): return y+1', 'x=1'], 'chat': ['hi', 'how are you'], 'news': ['Stocks rose today']}
 
@@ -241,3 +269,25 @@ def test_eval_topic_depth_is_over_real_tokens_only(job):
         want = sum(1 if t == ord(' ') else K for t in inputs) / len(inputs)
         got = report['topics'][topic]
         assert got['tokens'] == len(inputs) and got['mean_depth'] == pytest.approx(want, abs=1e-6), (topic, got, want)
+
+
+# ---------------------------------------------------------------- 8. a sample shows each document boundary
+@work
+def sample_shows_a_document_boundary(d):
+    """A model that always predicts EOT: its samples must show each boundary, not run on."""
+    untrained(d)
+    ckpt = torch.load(d / 'out' / 'ckpt.pt', weights_only=True)
+    model = GPT(GPTConfig(**{**ckpt['model_args'], 'bias': True}))
+    with torch.no_grad():  # the last state is ln_f's bias, all ones: the logits are wte @ 1
+        model.ln_f.weight.zero_(), model.ln_f.bias.fill_(1.0), model.wte.weight.zero_()
+        model.wte.weight[256] = 1.0
+    ckpt.update(model=model.state_dict(), model_args=asdict(model.config))
+    torch.save(ckpt, d / 'out' / 'ckpt.pt')
+    args = (*SAMPLE, '--start=hi', '--temperature=0', '--max_new_tokens=2')
+    return run(d, *args), run(d, *args, '--show_depth=True')
+
+
+def test_sample_shows_a_document_boundary(job):
+    plain, painted = job
+    assert 'hi<|endoftext|><|endoftext|>\n' in ok(plain)  # it printed 'hi' and nothing more
+    assert ok(painted).count('<|endoftext|>') == 2

@@ -258,7 +258,7 @@ def test_a_file_size_limit_during_a_download_is_one_line_and_leaves_nothing(sour
     """A download is stored through the one atomic write: a disk that refuses it (here a file-size limit, SIGXFSZ
     ignored) is 'cannot write' naming the file, not 'download failed', and no part of it is left to be taken for
     the whole file by a later run."""
-    from test_faults import LIMITED
+    from harness import LIMITED
     root = tmp_path / 'd'
     limit = len(json.dumps(ALPACA, indent=4)) // 2
     r = harness.finish(harness.SERVER.start(
