@@ -16,10 +16,12 @@ def _set(key, val, where=''):  # where: the config file that sets it
         val = (val,)  # --loops=4: one segment of 4
     _guards.check_set(key, val, _keys, where)  # a key it has (a typo: the closest), of its type
     globals()[key] = val
+    _guards.GIVEN[key] = where  # set, whatever its value (where: '' = the command line)
 
 _simple = (int, float, bool, str, tuple, type(None))  # keys, not modules, functions, ...
 _keys = {k: v for k, v in globals().items() if k.islower() and k[0] != '_' and type(v) in _simple}
 _guards.script_keys = _keys
+_guards.GIVEN.clear()  # (a script run again in one process, as the tests do: its own keys only)
 if {'-h', '--help'} & set(sys.argv[1:]):  # the script's docstring, keys and defaults
     print(__doc__.strip() + "\n\nkeys (--key=value), with their defaults:")
     print('\n'.join(f"  {k} = {v!r}" for k, v in _keys.items()))
@@ -41,7 +43,7 @@ for _arg in sys.argv[1:]:
             _set(_key, _val, f" (in {_arg})")
         _said = f"Overriding config with {_arg}"
     if os.environ.get('RANK', '0') == '0':  # under torchrun only rank 0 talks
-        print(_said)
+        print(_said, file=sys.stderr)  # (stdout: what the script makes, a sample or a report)
 _domain, _rules = _guards.KEYS.get(os.path.basename(__file__), ({}, []))  # values, rules
 _guards.check_keys(_domain, _rules, globals(), _keys)  # (_keys: the defaults, valid values)
 if os.environ.get('NANOLOOP_ARGS_ONLY'):  # tests: a command's arguments are fine; run nothing

@@ -111,6 +111,8 @@ KEYS = {
         []),
 }
 
+GIVEN = {}  # the keys a config file or the command line set, and where (configurator.py)
+
 class InputError(ValueError):
     """Bad input, raised on purpose. Any other exception is a bug, and keeps its traceback."""
 
@@ -126,6 +128,12 @@ def excepthook(kind, err, tb, _default=sys.excepthook):  # every script's one en
     elif issubclass(kind, OSError) and err.filename is not None:  # a file the OS refused
         err = f"cannot use {err.filename}: {err.strerror}" + (  # (Printed names stdout)
             ": send it where it can be written (> FILE)" * (err.filename == 'stdout'))
+    elif os.environ.get('WORLD_SIZE', '1') != '1' and issubclass(kind, RuntimeError) and re.search(
+            'gloo|nccl|by peer|Broken pipe|timed out', str(err), re.I):  # DDP: a process is gone
+        why = str(err).split('] ')[-1].split('. ')[0]  # (the transport's own words)
+        return print(f"error: another process of this DDP run ended ({why}): this one stops too; "
+                     "nothing was saved since the last checkpoint: resume every process with "
+                     "--init_from=resume", file=sys.stderr)  # (every survivor says so)
     elif not (issubclass(kind, InputError)  # (or a ValueError of model.py or decode.py: bad input)
               or kind is ValueError and where in ('model.py', 'decode.py')):
         return _default(kind, err, tb)
@@ -207,12 +215,12 @@ def need(key, value, domain):  # -> what a key's value needs and lacks (in words
         return words or re.sub(r'\bx\b', key, rule)
     return ''
 
-def check_rules(rules, values, defaults):  # the first rule across keys that values break, in words
-    values = {**values, 'changed': {k for k in defaults if values[k] != defaults[k]}}
-    for rule, words in rules:  # (changed: the keys set to other than their defaults)
+def check_rules(rules, values, defaults, kept=()):  # the first rule across keys that values break
+    values = {**values, 'changed': set(GIVEN)}  # (changed: the keys this command sets)
+    for rule, words in rules:  # (said in words, each key with where its value came from)
         if not holds(rule, values):
             keys = [k for k in dict.fromkeys(re.findall(r'[a-z_]+', rule)) if k in defaults]
-            raise InputError(f"{' '.join(typed(k, values[k]) for k in keys)}: {words}")
+            raise InputError(f"{', '.join(said(k, values[k], kept) for k in keys)}: {words}")
 
 def check_path(key, value, kind, default):  # -> the path (paths: a,b), ~ and $VAR expanded
     names = folders(value) if kind == 'paths' else [value]
@@ -353,8 +361,10 @@ def check_start(ckpt, meta, data_dir, T):  # a trained model (ckpt) against the 
         raise InputError(f"{data_dir}/meta.json: {data}, but the model was trained on --dataset="
                          f"{ckpt['config']['dataset']} ({trained}): prepare the data with the "
                          "model's tokenizer")
-    if T > c['block_size']:
-        raise InputError(f"--block_size={T} is larger than the model's {c['block_size']}: lower it")
+    if T > c['block_size']:  # (SFT rows set it: a row is block_size + 1 tokens)
+        which = f"{data_dir}'s rows" if meta['row'] else said('block_size', T)
+        raise InputError(f"{which}: {T} positions, more than the model's {c['block_size']}: "
+                         "lower --block_size (SFT: prepare the rows with a lower --block_size)")
 
 def check_blocks(path, n, T):  # a token stream (path) of n tokens, cut into rows of T + 1
     if n <= T:
@@ -375,22 +385,20 @@ def resume_command():  # this very command, resuming: it runs as typed
     args = [a for a in sys.argv if not a.startswith(('--init_from=', '--overwrite='))]
     return shlex.join(['python', *args, '--init_from=resume'])
 
-def given_keys(config, defaults):  # the keys this command sets (typed, or changed)
-    typed_keys = {arg[2:].partition('=')[0] for arg in sys.argv[1:] if arg.startswith('--')}
-    return {k for k in config if config[k] != defaults[k]} | typed_keys
+def said(key, value, kept=()):  # key = value as this command set it, or where it came from
+    if key in GIVEN:  # (a config file: 'key = value (in FILE)'; the command line: as typed)
+        return f"{key} = {value!r}{GIVEN[key]}" if GIVEN[key] else typed(key, value)
+    return f"{key} = {value!r} ({'the run' if key in kept else 'the default'})"
 
 def check_kept(given, run, config, fixed):  # a given key the run fixes must agree with it
     doing, where = (('resuming', config['out_dir']) if config['init_from'] == 'resume'
                     else ('fine-tuning', config['init_from']))
-    files = ' '.join(a for a in sys.argv[1:] if not a.startswith('--'))  # the config files
     for key in sorted(k for k in given & set(run) & fixed if config[k] != run[k]):
-        said = (typed(key, config[key]) if f'--{key}=' in str(sys.argv)  # (as it was set)
-                else f"{key} = {config[key]!r} in {files}")
-        raise InputError(f"{said}: the run in {where} has {typed(key, run[key])}, which {doing} "
-                         "cannot change: drop it, or train a new --out_dir")
+        raise InputError(f"{said(key, config[key])}: the run in {where} has {typed(key, run[key])}"
+                         f", which {doing} cannot change: drop it, or train a new --out_dir")
 
-def check_run(config, defaults):  # train.py's settings, merged with a run's
-    check_rules(KEYS['train.py'][1], config, defaults)
+def check_run(config, defaults, kept):  # train.py's settings, merged with a run's (kept)
+    check_rules(KEYS['train.py'][1], config, defaults, kept)
     if (size := config['n_embd'] // config['n_head']) < 8 and os.environ.get('RANK', '0') == '0':
         print(f"note: --n_embd={config['n_embd']} --n_head={config['n_head']} gives heads of "
               f"{size} numbers: below 8 a head can tell few tokens apart (GPT-2's have 64); it "
@@ -544,8 +552,9 @@ class Stop:  # Ctrl-C, SIGTERM, SIGHUP or a failed stdout ask to stop: finish th
         self.signals.append(signum)
         if len(self.signals) > 1:
             raise SystemExit(f"stopped at once; {self.ckpt_path} holds the last saved checkpoint")
-        if self.master:  # (to a terminal that is gone: write, above, sends it nowhere)
-            print(f"\nstopping: finishing this step, then saving {self.ckpt_path}; resume "
+        if self.master:  # (under DDP the save needs every process: one that is gone stops it)
+            every = ', if every process gets there' * (os.environ.get('WORLD_SIZE', '1') != '1')
+            print(f"\nstopping: finishing this step, then saving {self.ckpt_path}{every}; resume "
                   f"with  {resume_command()}  (again: stop at once)")
 
     def read(self, loss, val, ddp):  # -> (the loss, asked to stop?): one read of the device

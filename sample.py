@@ -9,7 +9,7 @@ import guards  # (first: its one handler covers the imports too, Ctrl-C included
 import torch
 from model import GPT
 from decode import autocast, generate
-from depthmap import legend, painted
+from depthmap import legend, painted, mark
 from prepare import get_tokenizer
 
 out_dir = 'out'  # or several: out-a,out-b
@@ -51,8 +51,9 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
         print(f"the prompt has {len(ids)} tokens; keeping the last {T} (block_size)",
               file=sys.stderr)
     x = torch.tensor(ids[-T:], dtype=torch.long, device=device)[None]
+    colour = sys.stdout.isatty()  # a terminal: the depth as colour; a file or a pipe: as text
     if show_depth:
-        print(legend(max_depth))
+        print(legend(max_depth) if colour else "loop depth: under each character, 1-9, then a=10")
     with ctx:  # (decode.generate runs without autograd)
         for _ in range(num_samples):
             t0 = time.perf_counter()
@@ -64,6 +65,11 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
             if exit or model.config.act:  # each token its own depth: what it spent, of the most
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)
-            body = painted(new, depth[0], decode, max_depth) if show_depth else decode(new)
-            print(decode(x[0].tolist()) + body)
+            prompt = decode(x[0].tolist())
+            if show_depth and colour:
+                print(prompt + painted(new, depth[0], decode, max_depth))
+            else:
+                print(prompt + decode(new))
+            if show_depth and not colour:  # (the prompt's characters: blank)
+                print(' ' * len(prompt) + painted(new, depth[0], decode, max_depth, mark))
             print('---------------')

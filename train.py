@@ -76,7 +76,7 @@ exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configurator
 config = {k: globals()[k] for k in config_keys}  # as this command sets them
 # -----------------------------------------------------------------------------
 # start: from scratch, resume this out_dir's run, or fine-tune a trained model (init_from=<dir>)
-given = guards.given_keys(config, defaults)  # the keys this command sets
+given = set(guards.GIVEN)  # the keys this command sets (a config file, the command line)
 ckpt_path = os.path.join(out_dir, 'ckpt.pt')
 guards.check_output(ckpt_path, 'out_dir')  # before the work starts, not when it saves
 iter_num, best_val_loss, ckpt, kept = 0, float('inf'), None, {}
@@ -91,14 +91,15 @@ elif init_from == 'resume':
 else:
     model, ckpt = guards.load_checkpoint(os.path.join(init_from, 'ckpt.pt'), GPT.from_checkpoint,
                                          key='init_from')
-    # the trained model's shape; the schedule and the data are this command's
-    kept = {k: v for k, v in asdict(model.config).items() if k not in ('vocab_size', 'block_size')}
+    # the trained model's shape (its block_size unless given); schedule and data: this command's
+    kept = {k: v for k, v in asdict(model.config).items()
+            if k != 'vocab_size' and not (k == 'block_size' and k in given)}
     print(f"fine-tuning {init_from}/ckpt.pt (trained {ckpt['iter_num']} iters) from iter 0")
 if ckpt:  # a key given here that the run fixes (its model, its data) must agree with it
     guards.check_kept(given, kept, config, {*asdict(model.config), 'dataset'})
 config = {**config, **kept, **{k: config[k] for k in given}}  # what this command gives wins
 globals().update(config)
-guards.check_run(config, defaults)  # the rules across keys, DDP's share of the batch
+guards.check_run(config, defaults, kept)  # the rules across keys, DDP's batch share
 device = guards.get_device(device)  # '' = cuda if there is a GPU, else cpu
 # the data: token streams as np.memmaps, read from disk as they are used (SFT: whole rows)
 data_dir = os.path.join('data', dataset)

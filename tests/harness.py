@@ -212,6 +212,11 @@ def ok(r):
     return r.stdout
 
 
+def told(err):
+    """stderr's lines but the 'Overriding: ...' ones (a script says what it was given there)."""
+    return [line for line in err.strip().splitlines() if not line.startswith('Overriding')]
+
+
 def one_line_error(r, *words):
     """Failed, no traceback, exactly one 'error: ...' line in stderr, containing every word."""
     assert r.returncode != 0, f"{r.args} should fail\n{r.stdout}\n{r.stderr}"
@@ -279,7 +284,9 @@ def script(name, *args, monkeypatch, capsys):
         error = capsys.readouterr().err.strip()
         assert error.startswith('error: ') and '\n' not in error, error
         return error, out
-    return None, capsys.readouterr().out
+    said = capsys.readouterr()
+    script.err = said.err  # (what it said on stderr: 'Overriding: ...', the precision)
+    return None, said.out
 
 
 def fails(result, *words):

@@ -103,7 +103,7 @@ def test_a_config_file_that_sets_nothing_is_fine(tmp_path, monkeypatch, capsys):
     (tmp_path / 'empty.py').write_text('# nothing set yet\n')
     monkeypatch.setenv('NANOLOOP_ARGS_ONLY', '1')
     assert script('sample.py', str(tmp_path / 'empty.py'), monkeypatch=monkeypatch) == 0
-    assert f"Overriding config with {tmp_path / 'empty.py'}" in capsys.readouterr().out
+    assert f"Overriding config with {tmp_path / 'empty.py'}" in capsys.readouterr().err  # (stderr)
 
 
 def test_an_include_of_a_missing_file_names_that_file(tmp_path):
@@ -136,4 +136,4 @@ def test_a_config_file_with_a_byte_order_mark_is_read(tmp_path, monkeypatch, cap
     (tmp_path / 'bom.py').write_bytes('\ufeffnum_samples = 2  # caf\u00e9\n'.encode('utf-8'))
     monkeypatch.setenv('NANOLOOP_ARGS_ONLY', '1')
     assert script('sample.py', str(tmp_path / 'bom.py'), monkeypatch=monkeypatch) == 0
-    assert f"Overriding config with {tmp_path / 'bom.py'}" in capsys.readouterr().out
+    assert f"Overriding config with {tmp_path / 'bom.py'}" in capsys.readouterr().err

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import eval as ev
 from dataclasses import asdict as model_args
 from model import GPT, GPTConfig
-from harness import PATIENCE, REPO, run, start
+from harness import PATIENCE, REPO, run, start, told
 
 def tiny(vocab=20, block=16, loops=(4,), **kw):
     torch.manual_seed(0)
@@ -149,8 +149,8 @@ def test_bad_input_is_one_line(tmp_path):
         procs[name] = start_eval(tmp_path / name, *args)
     for name, p in procs.items():
         rc, out, err = finish(p)
-        assert rc != 0 and err.startswith('error:') and 'Traceback' not in err, err
-        assert cases[name][1] in err and len(err.strip().splitlines()) == 1, err
+        assert rc != 0 and told(err)[0].startswith('error:') and 'Traceback' not in err, err
+        assert cases[name][1] in err and len(told(err)) == 1, err
 
 @pytest.mark.slow
 def test_prepare_train_eval(tmp_path):

@@ -9,7 +9,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import PATIENCE, REPO, SERVER, make_data, run
+from harness import PATIENCE, REPO, SERVER, make_data, run, told
 from lab import frontier
 from model import GPT, GPTConfig
 
@@ -217,7 +217,7 @@ def test_a_failed_training_is_one_line(trainer, tmp_path):
 
 def test_unknown_model_is_a_one_line_error(tmp_path):
     r = run(tmp_path, 'lab/frontier.py', '--models=single,nope')
-    assert r.returncode == 1 and 'models' in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert r.returncode == 1 and 'models' in r.stderr and len(told(r.stderr)) == 1
 
 
 def test_the_default_models_are_the_ones_results_seeds_holds():
@@ -420,7 +420,7 @@ def test_a_lab_measurement_never_writes_over_a_committed_page(tmp_path):
     r = subprocess.run([sys.executable, str(tmp_path / 'lab/compile/compile_step.py')], cwd=tmp_path,
                        capture_output=True, text=True)
     assert r.returncode == 1 and 'Traceback' not in r.stderr, r.stderr
-    assert r.stderr.splitlines() == [f"error: {committed} holds a committed measurement: it is kept; move it away "
+    assert told(r.stderr) == [f"error: {committed} holds a committed measurement: it is kept; move it away "
                                      "to measure again"]
     assert committed.read_text() == '| config | eager ms/iter |\n'
     committed.unlink()  # gone: the same command runs (and meets the missing train.py)

@@ -139,7 +139,7 @@ def run(*args, cwd=REPO):  # a process of its own (forked: harness.py), with thi
 def assert_one_line_error(r, *needles):
     assert r.returncode != 0
     assert 'Traceback' not in r.stderr, r.stderr
-    lines = r.stderr.strip().splitlines()
+    lines = harness.told(r.stderr)
     assert len(lines) == 1 and lines[0].startswith('error: '), r.stderr
     for s in needles:
         assert s in lines[0], (s, lines[0])

@@ -241,7 +241,7 @@ def test_a_closed_pipe_saves_the_training_run(job, ctrl_c):
     stdout now asks to stop as a closed terminal does (the step finishes, the run saves), and ends as SIGPIPE
     would (141); after Ctrl-C, a pipe that closes too is not a second request (which would stop at once)."""
     r, said, ckpt, listed = job
-    assert r.returncode == (130 if ctrl_c else 141) and r.stderr == '', r.stderr
+    assert r.returncode == (130 if ctrl_c else 141) and told(r.stderr) == [], r.stderr
     assert ckpt and 1 <= ckpt['iter_num'] < 100000, said  # saved what it had said it trained, and stopped
     assert listed == ['ckpt.pt']  # the lock gone, no partial file
 
@@ -321,3 +321,31 @@ def test_a_crashed_run_leaves_no_lock(tmp_path):
     p.kill()  # no clean-up at all
     p.wait()
     ok(run(tmp_path, 'train.py', *TINY, '--max_iters=2', '--eval_interval=2'))
+
+
+# ---------------------------------------------------------------- a DDP process that dies
+@work
+def a_ddp_process_that_dies_is_said_by_the_one_left(d):
+    make_data(d)
+    env = {**ENV, 'WORLD_SIZE': '2', 'LOCAL_WORLD_SIZE': '2', 'MASTER_ADDR': '127.0.0.1',
+           'MASTER_PORT': str(master_port())}
+    args = [*TINY, '--max_iters=100000', '--eval_interval=100000', '--backend=gloo',
+            '--gradient_accumulation_steps=2']
+    ranks = [start(d, 'train.py', *args, env={**env, 'RANK': str(r), 'LOCAL_RANK': str(r)}) for r in (0, 1)]
+    lines, wait_for = watch(ranks[0])
+    trained = wait_for(r'^iter 3: loss')
+    ranks[1].kill()  # SIGKILL: no goodbye
+    ranks[1].wait(timeout=PATIENCE)
+    ranks[0].wait(timeout=PATIENCE)
+    return trained, ranks[0].returncode, ranks[0].stderr.read(), text(lines), d
+
+
+def test_a_ddp_process_that_dies_is_said_by_the_one_left(job):
+    """Killing rank 1 used to give rank 0 a gloo traceback. The one left says in one line that another
+    process ended and that nothing was saved since the last checkpoint (none here), and promises no save."""
+    trained, rc, err, out, d = job
+    said = told(err)
+    assert trained and rc == 1 and 'Traceback' not in err, err
+    assert len(said) == 1 and 'another process of this DDP run ended' in said[0], err
+    assert 'nothing was saved since the last checkpoint' in said[0] and 'saved checkpoint' not in out
+    assert not (d / 'out' / 'ckpt.pt').exists()

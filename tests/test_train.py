@@ -29,10 +29,10 @@ def test_configurator_errors_and_accepted_values(job):
     assert "did you mean --learning_rate?" in one_line_error(unknown, 'unknown config key', 'learnin_rate')
     one_line_error(wrong_type, 'batch_size', 'type int', 'abc')
     one_line_error(no_file, 'config/does_not_exist.py', 'No such file')
-    out = ok(accepted)
-    assert 'Overriding: compile = True' in out and 'Overriding: compile = False' in out
-    assert 'Overriding: learning_rate = 1.0' in out
-    assert 'Overriding: loops = (4,)' in out
+    out, said = ok(accepted), accepted.stderr  # ('Overriding:' lines on stderr: stdout is the run's)
+    assert 'Overriding: compile = True' in said and 'Overriding: compile = False' in said
+    assert 'Overriding: learning_rate = 1.0' in said
+    assert 'Overriding: loops = (4,)' in said
     assert '(tied blocks unrolled (4,))' in out  # the model really has one segment of 4
     assert re.search(r'^iter 0: train loss \d+\.\d+, val loss \d+\.\d+$', out, re.M)
 
@@ -78,7 +78,29 @@ def prepare_train_resume_sample(d):
          '--repetition_penalty=1.3', '--n_loops=3', '--show_depth=True', '--device=cpu'),
         (d, 'sample.py', '--start=FILE:prompt.txt', '--num_samples=3', '--max_new_tokens=5', '--temperature=0.5',
          '--top_k=5', '--exit_at=maxprob:0.5', '--device=cpu'))
+    r['painted_tty'] = on_a_terminal(d, 'sample.py', *r['painted'].args[1:])
     return r
+
+
+def on_a_terminal(d, *argv):
+    """A script's stdout when it writes to a terminal (a pseudo-terminal): its text as it came."""
+    import pty
+    reader, terminal = pty.openpty()
+    p = subprocess.Popen([sys.executable, str(REPO / argv[0]), *argv[1:]], cwd=d, env=ENV, stdout=terminal,
+                         stderr=subprocess.DEVNULL)
+    os.close(terminal)
+    out = b''
+    while True:
+        try:
+            chunk = os.read(reader, 65536)
+        except OSError:  # (EIO: the script ended and closed the terminal)
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=PATIENCE)
+    os.close(reader)
+    return out.decode(errors='replace').replace('\r\n', '\n')  # (a terminal ends lines in \r\n)
 
 
 def test_prepare_train_resume_sample(job):
@@ -97,14 +119,18 @@ def test_prepare_train_resume_sample(job):
     assert sorted(losses(second)) == [5, 6, 7]
     assert load(job['dir'] / 'out' / 'ckpt.pt')['iter_num'] == 7
 
-    # --show_depth at a fixed depth (--n_loops=3 -> 3 + 3 = 6): a legend of depths 1, 3 and 6, then each
-    # new token on an ANSI background, its loop depth: at a fixed depth every token's is 6 (red)
+    # --show_depth at a fixed depth (--n_loops=3 -> 3 + 3 = 6), into a pipe: no colours, but under each new
+    # character its loop depth, on the line below (the prompt's: blank); at a fixed depth every token's is 6
     legend, *shown = samples(ok(job['painted']), 'ROMEO:')
-    assert legend.startswith('loop depth:') and legend.count('\x1b[48;5;') == 3
+    assert legend.startswith('loop depth:') and '\x1b[' not in ok(job['painted'])
     assert len(shown) == 2  # --num_samples
     for s in shown:
-        assert s.startswith('ROMEO:')
-        assert 1 <= s.count('\x1b[48;5;') <= 6  # --max_new_tokens: a painted character each
+        text, marks = s.split('\n')[-2:]
+        assert s.startswith('ROMEO:') and re.fullmatch(r' {6}6{1,6}', marks), s  # --max_new_tokens=6
+    # on a terminal, the same in colour: a legend of depths 1, 3 and 6, each new token on an ANSI background
+    legend, *shown = samples(job['painted_tty'], 'ROMEO:')
+    assert legend.startswith('loop depth:') and legend.count('\x1b[48;5;') == 3
+    assert all(1 <= s.count('\x1b[48;5;') <= 6 for s in shown) and len(shown) == 2
     shown = samples(ok(job['from_file']), 'JULIET:\n')  # FILE: prompt
     assert len(shown) == 3 and all(s.startswith('JULIET:\n') for s in shown)
     assert '\x1b[' not in ''.join(shown)

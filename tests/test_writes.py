@@ -97,21 +97,21 @@ def a_stdout_that_fails_is_one_line(d):
     trained(d)
     (d / 'prompt.txt').write_text('Caf\u00e9 ', encoding='utf-8')
     with open('/dev/full', 'w') as full:  # every write to it fails: No space left on device
-        train = fresh_python(d, 'train.py', *TINY, stdout=full, env={'NANOLOOP_ARGS_ONLY': '1'})
+        train = fresh_python(d, 'train.py', *TINY, '--max_iters=1', '--out_dir=full', stdout=full)
         ev = fresh_python(d, *EVAL, stdout=full)
     sample = fresh_python(d, *SAMPLE, '--start=FILE:prompt.txt', env={'PYTHONIOENCODING': 'ascii'})
     return train, ev, sample, names(d / 'out')
 
 
 def test_a_stdout_that_fails_is_one_line(job):
-    """`python train.py ... > /dev/full` used to end in an OSError traceback at the first 'Overriding:' line (or,
+    """`python train.py ... > /dev/full` used to end in an OSError traceback at its first line on stdout (or,
     buffered, 'Exception ignored' and status 120); a prompt that an ASCII stdout cannot show, in a
     UnicodeEncodeError traceback."""
     train, ev, sample, listed = job
     for r in (train, ev):
         one_line_error(r, 'cannot use stdout: No space left on device', '> FILE')
     one_line_error(sample, "stdout's encoding, ascii, has no character U+00E9", 'PYTHONIOENCODING=utf-8')
-    assert listed == ['ckpt.pt']  # eval stopped at its first line: no report written
+    assert listed == ['ckpt.pt', 'eval.json']  # eval's report, written before its first line on stdout
 
 
 # ---------------------------------------------------------------- a read-only folder: refused before the work
