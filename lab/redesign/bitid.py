@@ -4,7 +4,8 @@ then compares the weights (max abs difference: must be 0.0), and for each traine
 eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be byte-identical).
 What left the code on purpose is left out of the comparison: the absolute-residual probe (an
 eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680; and what
-came in: eval.json's record of its settings and machine ('settings').
+came in or moved: eval.json's record of its settings and machine ('settings'), and the
+'Overriding: ...' lines, which now go to stderr.
 $ python lab/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
 Writes lab/redesign/bitid.md (of the checkout it runs from), never over one there."""
 import os, sys, json, subprocess, tempfile
@@ -56,6 +57,7 @@ rows = ['| config | max abs weight difference | eval.json | sample.py stdout |',
         '| --- | --- | --- | --- |']
 for name in CONFIGS:
     (wa, ea, sa), (wb, eb, sb) = before[name], after[name]
+    sa = ''.join(line for line in sa.splitlines(True) if not line.startswith('Overriding'))
     ea, eb = json.loads(ea), json.loads(eb)
     ea['probes'].pop('absolute residual', None)
     eb.pop('settings', None)  # (what a report was computed with, where: recorded since 2026-12)
