@@ -5,10 +5,11 @@ eval.py's eval.json and sample.py's stdout (same checkpoint, same seed: must be 
 What left the code on purpose is left out of the comparison: the absolute-residual probe (an
 eval.json key) and the logit lens (sample.py --show_depth at a fixed depth), at 7269680; and what
 came in or moved: eval.json's record of its settings and machine ('settings'), and the
-'Overriding: ...' lines, which now go to stderr.
+'Overriding: ...' lines, which now go to stderr, and --show_depth's colours, which a pipe no
+longer gets (the samples' text is compared).
 $ python lab/redesign/bitid.py A B [smoke,cpu_act]   (two checkouts; data from A/data)
 Writes lab/redesign/bitid.md (of the checkout it runs from), never over one there."""
-import os, sys, json, subprocess, tempfile
+import os, re, sys, json, subprocess, tempfile
 import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # lab/
 import page
@@ -58,6 +59,9 @@ rows = ['| config | max abs weight difference | eval.json | sample.py stdout |',
 for name in CONFIGS:
     (wa, ea, sa), (wb, eb, sb) = before[name], after[name]
     sa = ''.join(line for line in sa.splitlines(True) if not line.startswith('Overriding'))
+    if name == 'cpu_act':  # --show_depth into a pipe: no colours now, each depth under its character
+        sa = re.sub(r'\x1b\[[0-9;]*m', '', sa).split('\n', 1)[1]  # (A's legend: B's says it in words)
+        sb = re.sub(r'(?m)^ *[1-9a-z]+\n', '', sb).split('\n', 1)[1]
     ea, eb = json.loads(ea), json.loads(eb)
     ea['probes'].pop('absolute residual', None)
     eb.pop('settings', None)  # (what a report was computed with, where: recorded since 2026-12)
