@@ -10,6 +10,8 @@ PATHS = ('path', 'paths', 'new file', 'new folder')  # the domains that are not 
 # a rule that reads as Python says itself in words after '  # ' (an error message shows the words)
 NAME = "'/' not in x and x not in ('.', '..')  # the name of a folder in data/, not a path"
 COUNTS = 'all(type(k) is int and k >= 1 for k in x)  # a tuple of whole numbers, each at least 1'
+SEEDS = ('len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)'
+         '  # a tuple of whole numbers, each once')
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
@@ -98,10 +100,10 @@ KEYS = {
          ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them")]),
     'frontier.py': (
         {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
-         'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)'
-                  '  # a tuple of whole numbers, each once',
-         'models train_args from_runs device': 'any'},
+         'seeds': SEEDS, 'models train_args from_runs device': 'any'},
         []),
+    'room.py': ({'n_rows train_seed batch_size': 'x >= 1', 'results': 'new folder',
+                 'runs data': 'path', 'seeds': SEEDS, 'models': 'any'}, []),
 }
 
 class InputError(ValueError):
