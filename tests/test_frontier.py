@@ -356,7 +356,8 @@ def uniform_points(model, nll):  # the uniform depths' points, as room.measure m
 
 
 def test_room_hull_oracle_and_fixed_policies_on_a_tiny_model():
-    model, rows = tiny_model(), torch.randint(0, 257, (6, 32), generator=torch.Generator().manual_seed(1))
+    model = tiny_model()
+    rows = torch.randint(0, 257, (6, 32), generator=torch.Generator().manual_seed(1))
     c, tr = model.config, room.trace(model, rows)
     nll, maxprob, resid = frontier.every_depth(model, rows)
     assert torch.equal(tr['nll'], nll) and torch.equal(tr['resid'], resid)  # as n_loops=k scores
@@ -389,6 +390,15 @@ def test_room_hull_oracle_and_fixed_policies_on_a_tiny_model():
         assert ours['nll'] == pytest.approx(theirs['nll']) and ours['depth'] == theirs['depth']
         assert ours['nll'] <= room.on(uniform, ours['flops']) + 1e-9
         assert ours['flops'] == pytest.approx(theirs['flops'])
+
+
+def test_room_hull_mixes_two_depths_at_random_and_keeps_the_best_at_less_compute():
+    points = [dict(flops=f, nll=n) for f, n in [(1.0, 3.0), (2.0, 2.9), (3.0, 2.0), (4.0, 2.2)]]
+    # depth 2 lies above the chord from 1 to 3: half of each beats it; past depth 3, depth 3's
+    assert room.curve(points) == [(1.0, 3.0), (3.0, 2.0)]
+    assert room.on(points, 2.0) == pytest.approx(2.5) and room.on(points, 4.0) == 2.0
+    convex = [dict(flops=f, nll=n) for f, n in [(1.0, 3.0), (2.0, 2.0), (3.0, 1.5)]]
+    assert room.curve(convex) == [(1.0, 3.0), (2.0, 2.0), (3.0, 1.5)]  # each depth on it
 
 
 def synthetic_trace(n=400):
