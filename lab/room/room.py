@@ -292,6 +292,7 @@ def measure(arm, seed, partner):
 
 # ----------------------------------------------------------------------------- the page
 FROZEN = 'frozen: the causal policy best on the training rows'
+POLICIES = ''.join(line + '\n' for line in __doc__.split('\n') if line.startswith('  '))
 
 def note(path):  # the page's answer, written by hand: the '> ' block under its title, kept
     lines = open(path).read().split('\n')[2:] if os.path.exists(path) else []
@@ -305,13 +306,19 @@ def page(done, path):
     header = [f'm={m:g}' for m in MEAN_DEPTHS]
     hull = lambda per: zip(*[[on(r['uniform'], x) for x in at_depths(r['uniform'])] for r in per])
     out = ["# Per-token depth: how much room can a policy learn?\n", note(path) +
-           "Written by `python lab/room/room.py` from `lab/room/policies/*.json` (its docstring "
-           f"defines each policy). Per run: frontier.measure's {n_rows} held-out rows, and "
+           "Written by `python lab/room/room.py` from `lab/room/policies/*.json`. The policies "
+           "(from its docstring):\n\n```\n" + POLICIES + "```\n\nPer run: frontier.measure's "
+           f"{n_rows} held-out rows, and "
            f"{n_rows} training rows of train.bin (seed {train_seed}) that the causal policies are "
-           "fit on. A cell: the policy's val NLL minus the uniform hull's at the same forward "
-           "FLOPs per token (the policy's own included), the FLOPs of uniform depth m, per seed; "
-           "then mean ± SE over the seeds (paired: same rows), a **finding** when |mean| > "
-           "t(0.975, n-1) SE. Negative: the policy beats uniform depth.\n",
+           "fit on. Every policy but the last row's is measured in the selection protocol (each "
+           "token run to every depth; its choice reads that depth's logits); the last row runs "
+           "the causal policy best on the training rows in the frozen one (Loop.per_token). "
+           "The uniform hull: the lower convex hull of the model's own depths 1..12 in (FLOPs, "
+           "NLL), i.e. a random mix of two depths, flat past its lowest NLL; each policy's sweep "
+           "is made a curve the same way. A cell: the policy's val NLL minus the hull's at the "
+           "same forward FLOPs per token (the policy's own included), the FLOPs of uniform depth "
+           "m, per seed; then mean ± SE over the seeds (paired: same rows), a **finding** when "
+           "|mean| > t(0.975, n-1) SE. Negative: the policy beats uniform depth.\n",
            "## The uniform hull: val NLL at mean depth m\n",
            fr.table(['arm', 'seeds', *header], [[arm, len(per), *map(fr.pm, hull(per.values()))]
                                                 for arm, per in done.items()])]
