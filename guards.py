@@ -102,7 +102,7 @@ KEYS = {
         {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
          'seeds': SEEDS, 'models train_args from_runs device': 'any'},
         []),
-    'room.py': ({'n_rows train_seed batch_size': 'x >= 1', 'results': 'new folder',
+    'room.py': ({'n_rows train_rows train_seed batch_size': 'x >= 1', 'results': 'new folder',
                  'runs data': 'path', 'seeds': SEEDS, 'models': 'any'}, []),
 }
 

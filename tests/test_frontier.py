@@ -376,6 +376,8 @@ def test_room_hull_oracle_and_fixed_policies_on_a_tiny_model():
         assert point['flops'] == uniform[k - 1]['flops'] and point['depth'] == k
         readout, = room.selection(tr, 'causal: readout', [0], at_k, c, 32)  # a readout a depth
         assert readout['flops'] == room.fr.flops(c, 32, k, readouts=k)
+        router, = room.selection(tr, 'router', [0], at_k, c, 32)  # its MLP at each decision
+        assert router['flops'] == uniform[k - 1]['flops'] + 2 * 17 * 16 * min(k, 3)
         # frozen, every token stopped after step k is n_loops=k
         frozen, = room.frozen(model, rows, 'causal: free', [0], at_k)
         assert frozen['nll'] == pytest.approx(nll[k - 1].mean().item(), abs=1e-5)
@@ -419,7 +421,7 @@ def test_room_policies_learn_which_tokens_gain_from_depth():
     tr, c = synthetic_trace(), tiny_model((2,)).config
     digit = tr['cls'] == 0
     rules = room.causal(tr, c, 32)
-    for kind in ('causal: free', 'causal: readout'):  # the byte class predicts the gain
+    for kind in ('causal: free', 'causal: state', 'causal: readout'):  # the class says it
         sweep, stop = rules[kind]
         assert torch.equal(stop(0.01, 0, room.view(tr, 0)), ~digit)  # digits go on, others stop
         assert stop(1e4, 0, room.view(tr, 0)).all()  # compute dearer than any gain: all stop
@@ -448,7 +450,8 @@ def test_room_measures_each_run_once_and_draws_its_page(tmp_path, monkeypatch, c
         (tmp_path / 'data' / 'topics_byte' / 'val.bin').read_bytes() * 3)
     for seed in (1, 2):
         save_tiny_run(tmp_path / 'runs' / f'arm-s{seed}' / 'ckpt.pt', seed)
-    args = ['--runs=runs', '--models=arm', '--seeds=(1,2,3)', '--results=out', '--n_rows=4']
+    args = ['--runs=runs', '--models=arm', '--seeds=(1,2,3)', '--results=out', '--n_rows=4',
+            '--train_rows=8']
     def room_py():
         with monkeypatch.context() as m:
             m.chdir(tmp_path)
@@ -460,9 +463,10 @@ def test_room_measures_each_run_once_and_draws_its_page(tmp_path, monkeypatch, c
     assert 'measured arm seed 1' in out and 'arm seed 2: waits' in out  # (its partner: seed 3)
     assert 'arm seed 3: waits' in out
     run = json.loads((tmp_path / 'out' / 'policies' / 'arm-s1.json').read_text())
-    assert run['partner'] == 2 and run['frozen'] in ('causal: free', 'causal: readout', 'router')
+    assert run['partner'] == 2 and run['frozen'] in run['on_training']
     assert set(run['policies']) == {'oracle', 'seed-pair oracle', 'class lookup', 'causal: free',
-                                    'causal: readout', 'router', 'frozen'}
+                                    'causal: state', 'causal: readout', 'router', 'frozen'}
+    assert run['rows'] == dict(held_out=[4, 1337], training=[8, 7])
     page = (tmp_path / 'out' / 'room.md').read_text()
     assert '## `arm`: NLL minus the uniform hull' in page and 'no verdict (1 seed)' in page
     (tmp_path / 'out' / 'room.md').write_text(page.replace('\n\n', '\n\n> The answer.\n\n', 1))

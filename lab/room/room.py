@@ -13,6 +13,7 @@ threshold (made a lower convex hull: two settings can be mixed at random) agains
   causal: free      least squares, on TRAINING rows, of the gain from depth j to each later depth
                     on what is known at j: |z|, residual, position, byte class (~0 FLOPs); a token
                     stops where no later depth's predicted gain pays its price
+  causal: state     the same, also on the state z_j itself (d numbers more)
   causal: readout   the same, also on maxprob and entropy (a readout at each depth)
   router            Think-at-Hard's: an MLP d -> 16 -> 1 on the state z_j, trained on training rows
                     to say "the next iteration lowers this token's NLL"; continue above a threshold
@@ -43,8 +44,9 @@ models = 'multi+w100+lr4.5e-3,single+w100+lr4.5e-3,exit-10-early+w100+lr4.5e-3'
 seeds = (1, 2, 3, 4, 5)
 results = os.path.join(fr.HERE, 'lab', 'room')  # policies/<arm>-s<seed>.json and room.md
 data = fr.TOPICS
-n_rows = 160  # held-out rows (frontier.measure's: seed 1337) and as many training rows
-train_seed = 7  # where the training rows lie in train.bin
+n_rows = 160  # held-out rows (frontier.measure's: seed 1337)
+train_rows = 640  # training rows, for the causal policies to learn from
+train_seed = 7  # where they lie in train.bin
 batch_size = 16
 MEAN_DEPTHS = (1.5, 2, 3, 6, 9)
 PRICES = (0, *np.geomspace(1e-3, 30, 22).round(4))  # nats per MFLOP: oracles, causal policies
@@ -95,22 +97,25 @@ def trace(model, rows):
 def view(tr, j):  # -> what a policy may read at depth j (an index): each (N,), z (N, d)
     return {key: v if key in ('pos', 'cls') else v[j] for key, v in tr.items()}
 
-def features(v, readout):
-    """A view -> (N, F): a constant, log residual, log |z|, position (two ways), the byte class
-    (one-hot, 'other' the base); with readout, maxprob and entropy too."""
+def features(v, kind='free'):
+    """A view -> (N, F). free: a constant, log residual, log |z|, position (two ways), the byte
+    class (one-hot, 'other' the base): 9; readout: and maxprob, entropy; state: and z itself."""
     pos = v['pos'].float()
     cols = [torch.ones_like(pos), v['resid'].clamp_min(1e-6).log(), v['znorm'].log(), pos / 128,
             pos.log1p(), *[(v['cls'] == c).float() for c in range(len(fr.CLASSES))]]
-    return torch.stack(cols + ([v['maxprob'], v['entropy']] if readout else []), -1)
+    x = torch.stack(cols + ([v['maxprob'], v['entropy']] if kind == 'readout' else []), -1)
+    return torch.cat([x, v['z']], -1) if kind == 'state' else x
 
 # ----------------------------------------------------------------------------- compute, curves
 def cost(c, T, depth, kind=''):
     """Forward FLOPs per token at depth (a tensor), as frontier.flops counts them, and the
     policy's own: 'causal: readout' reads out at each depth it reaches (where it stops, that
-    readout is the output); the router runs at each depth it decides at (all but the last)."""
+    readout is the output); at each depth it decides at (all but the last) the router runs its
+    MLP, 'causal: state' its 9 + d features times (at most) K - 1 weights; the rest ~0."""
     readouts = depth if kind == 'causal: readout' else 1
-    router = 2 * (c.n_embd + 1) * HIDDEN * depth.clamp(max=c.loops[0] - 1) * (kind == 'router')
-    return fr.flops(c, T, depth, readouts) + router
+    own = {'router': 2 * (c.n_embd + 1) * HIDDEN,
+           'causal: state': 2 * (c.n_embd + 9) * (c.loops[0] - 1)}.get(kind, 0)
+    return fr.flops(c, T, depth, readouts) + own * depth.clamp(max=c.loops[0] - 1)
 
 def picked(nll, depth):  # -> each token's NLL (N,) at its depth (N,) 1..K, from nll (K, N)
     return nll.gather(0, depth[None] - 1)[0]
@@ -156,11 +161,11 @@ def lookup(tr, per_depth, lam):
         depth[~fit] = priced(mean.nan_to_num(0), per_depth, lam)[cells[~fit]]  # (empty: k=1)
     return depth
 
-def fit_gains(tr, readout):
+def fit_gains(tr, kind):
     """Per depth j < K: least squares, on the features at j, of each token's gain from j to each
     later depth k, NLL_j - NLL_k -> [weights (F, K - j - 1)]."""
     nll = tr['nll'].double()
-    return [torch.linalg.lstsq(features(view(tr, j), readout).double(),
+    return [torch.linalg.lstsq(features(view(tr, j), kind).double(),
                                nll[j][:, None] - nll[j + 1:].T).solution.float()
             for j in range(len(nll) - 1)]
 
@@ -199,11 +204,12 @@ def causal(tr, c, T):
     """-> {policy: (its sweep, stop(t, j, view) -> (N,) bool, True: stop at depth j)}, fit on tr."""
     block = fr.block_flops(c, T) / 1e6  # MFLOP a depth more ('readout': and its readout)
     readout = fr.flops(c, T, 0) / 1e6 - c.n_prelude * block
-    free, read_too, router = fit_gains(tr, False), fit_gains(tr, True), fit_router(tr)
-    return {'causal: free': (PRICES, lambda t, j, v: stops(
-                free[j], features(v, False), t, block)),
-            'causal: readout': (PRICES, lambda t, j, v: stops(
-                read_too[j], features(v, True), t, block + readout)),
+    def linear(kind, step):  # stop where no later depth's predicted gain pays its price
+        weights = fit_gains(tr, kind)
+        return PRICES, lambda t, j, v: stops(weights[j], features(v, kind), t, step)
+    router = fit_router(tr)
+    return {'causal: free': linear('free', block), 'causal: state': linear('state', block),
+            'causal: readout': linear('readout', block + readout),
             'router': (THRESHOLDS, lambda t, j, v: router(v['z']) < t)}
 
 @torch.no_grad()
@@ -268,7 +274,7 @@ def measure(arm, seed, partner):
                     for s in (seed, partner))
     c, T, K = model.config, model.config.block_size, model.config.loops[0]
     held = ev.val_rows(load_tokens(data, 'val'), T, n_rows, seed=1337)  # frontier.measure's
-    tr = trace(model, ev.val_rows(load_tokens(data, 'train'), T, n_rows, seed=train_seed))
+    tr = trace(model, ev.val_rows(load_tokens(data, 'train'), T, train_rows, seed=train_seed))
     ho, other = trace(model, held), trace(other, held)['nll']
     per_depth = fr.flops(c, T, torch.arange(1, K + 1).double())
     uniform = lambda nll: [dict(t=k, depth=k, nll=nll[k - 1].mean().item(),
@@ -286,7 +292,7 @@ def measure(arm, seed, partner):
     best = min(on_training, key=on_training.get)
     policies['frozen'] = frozen(model, held, best, *rules[best])
     return dict(model=arm, seed=seed, partner=partner, ran_on=ran_on(), tokens=ho['nll'].size(1),
-                rows=dict(held_out=(n_rows, 1337), training=(n_rows, train_seed)),
+                rows=dict(held_out=(n_rows, 1337), training=(train_rows, train_seed)),
                 uniform=uniform(ho['nll']), policies=policies, frozen=best,
                 on_training=on_training, seconds=round(time.time() - start, 1))
 
@@ -309,7 +315,7 @@ def page(done, path):
            "Written by `python lab/room/room.py` from `lab/room/policies/*.json`. The policies "
            "(from its docstring):\n\n```\n" + POLICIES + "```\n\nPer run: frontier.measure's "
            f"{n_rows} held-out rows, and "
-           f"{n_rows} training rows of train.bin (seed {train_seed}) that the causal policies are "
+           f"{train_rows} training rows of train.bin (seed {train_seed}) that the causal policies are "
            "fit on. Every policy but the last row's is measured in the selection protocol (each "
            "token run to every depth; its choice reads that depth's logits); the last row runs "
            "the causal policy best on the training rows in the frozen one (Loop.per_token). "
