@@ -314,9 +314,8 @@ def page(done, path):
     out = ["# Per-token depth: how much room can a policy learn?\n", note(path) +
            "Written by `python lab/room/room.py` from `lab/room/policies/*.json`. The policies "
            "(from its docstring):\n\n```\n" + POLICIES + "```\n\nPer run: frontier.measure's "
-           f"{n_rows} held-out rows, and "
-           f"{train_rows} training rows of train.bin (seed {train_seed}) that the causal policies are "
-           "fit on. Every policy but the last row's is measured in the selection protocol (each "
+           f"{n_rows} held-out rows, and {train_rows} training rows of train.bin (seed "
+           f"{train_seed}) that the causal policies are fit on. Every policy but the last row's is measured in the selection protocol (each "
            "token run to every depth; its choice reads that depth's logits); the last row runs "
            "the causal policy best on the training rows in the frozen one (Loop.per_token). "
            "The uniform hull: the lower convex hull of the model's own depths 1..12 in (FLOPs, "
