@@ -305,8 +305,8 @@ def note(path):  # the page's answer, written by hand: the '> ' block under its 
     note = lines[:next((i for i, line in enumerate(lines) if not line.startswith('>')), 0)]
     return '\n'.join(note) + '\n\n' if note else ''
 
-def cell(diffs):  # mean ± SE over the seeds and the verdict (a seed's curve may start above m)
-    return 'not reached' if np.isnan(diffs).any() else f"{fr.pm(diffs)}, {fr.verdict(diffs)}"
+def cell(diffs):  # mean ± SE over the seeds (in nats: 4 digits) and the verdict
+    return 'not reached' if np.isnan(diffs).any() else f"{fr.pm(diffs, 4)}, {fr.verdict(diffs)}"
 
 def page(done, path):
     header = [f'm={m:g}' for m in MEAN_DEPTHS]
