@@ -324,7 +324,8 @@ def page(done, path):
            "is made a curve the same way. A cell: the policy's val NLL minus the hull's at the "
            "same forward FLOPs per token (the policy's own included), the FLOPs of uniform depth "
            "m, per seed; then mean ± SE over the seeds (paired: same rows), a **finding** when "
-           "|mean| > t(0.975, n-1) SE. Negative: the policy beats uniform depth.\n",
+           "|mean| > t(0.975, n-1) SE. Negative: the policy beats uniform depth. "
+           + fr.where_ran(done) + "\n",
            "## The uniform hull: val NLL at mean depth m\n",
            fr.table(['arm', 'seeds', *header], [[arm, len(per), *map(fr.pm, hull(per.values()))]
                                                 for arm, per in done.items()])]
