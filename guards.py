@@ -17,6 +17,8 @@ NANOGPT = {  # nanoGPT's settings that nanoloop lacks: what stands for each (els
     'gpt2': "no GPT-2 weights: --init_from is scratch, resume or a run's out_dir",
     **dict.fromkeys(['wandb_log', 'wandb_project', 'wandb_run_name'], "no wandb: the run's log is "
                     "what train.py prints; keep it in a file with python train.py ... | tee log")}
+SEEDS = ('len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)'
+         '  # a tuple of whole numbers, each once')
 RUN_ONLY = ['init_from', 'out_dir', 'device', 'backend', 'compile', 'eval_only', 'overwrite']
 
 # the model's keys (GPTConfig's fields): each one's valid values (x: its value), the rules across
@@ -105,10 +107,10 @@ KEYS = {
          ('n_embd % n_head == 0', "n_embd must be a multiple of n_head: change one of them")]),
     'frontier.py': (
         {'eval_iters batch_size jobs': 'x >= 1', 'results runs': 'new folder',
-         'seeds': 'len(x) >= 1 and len(set(x)) == len(x) and all(type(s) is int for s in x)'
-                  '  # a tuple of whole numbers, each once',
-         'models train_args from_runs device': 'any'},
+         'seeds': SEEDS, 'models train_args from_runs device': 'any'},
         []),
+    'room.py': ({'n_rows train_rows train_seed batch_size': 'x >= 1', 'results': 'new folder',
+                 'runs data': 'path', 'seeds': SEEDS, 'models': 'any'}, []),
 }
 
 GIVEN = {}  # the keys a config file or the command line set, and where (configurator.py)

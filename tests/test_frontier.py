@@ -427,3 +427,139 @@ def test_a_lab_measurement_never_writes_over_a_committed_page(tmp_path):
     r = subprocess.run([sys.executable, str(tmp_path / 'lab/compile/compile_step.py')], cwd=tmp_path,
                        capture_output=True, text=True)
     assert 'train.py' in r.stderr and not committed.exists()
+
+
+# ----------------------------------------------------------------------------- lab/room/room.py
+from lab.room import room  # (it imports lab/frontier.py as `frontier`, as lab scripts do)
+
+
+def tiny_model(loops=(4,)):
+    torch.manual_seed(0)
+    return GPT(GPTConfig(block_size=32, vocab_size=257, n_embd=16, n_head=2, loops=loops)).eval()
+
+
+def uniform_points(model, nll):  # the uniform depths' points, as room.measure makes them
+    c = model.config
+    return [dict(t=k, depth=k, nll=nll[k - 1].mean().item(), flops=room.fr.flops(c, 32, k))
+            for k in range(1, len(nll) + 1)]
+
+
+def test_room_hull_oracle_and_fixed_policies_on_a_tiny_model():
+    model = tiny_model()
+    rows = torch.randint(0, 257, (6, 32), generator=torch.Generator().manual_seed(1))
+    c, tr = model.config, room.trace(model, rows)
+    nll, maxprob, resid = frontier.every_depth(model, rows)
+    assert torch.equal(tr['nll'], nll) and torch.equal(tr['resid'], resid)  # as n_loops=k scores
+    uniform = uniform_points(model, nll)
+    # the hull: at depth 1 and at the lowest NLL, that depth's own NLL; never above a depth
+    assert room.on(uniform, uniform[0]['flops']) == uniform[0]['nll']
+    best = min(uniform, key=lambda p: p['nll'])
+    assert room.on(uniform, best['flops']) == best['nll']
+    assert all(room.on(uniform, p['flops']) <= p['nll'] + 1e-12 for p in uniform)
+    assert np.isnan(room.on(uniform, uniform[0]['flops'] - 1))  # less compute than depth 1: none
+    # a policy that always stops at depth k is uniform depth k: its NLL and its FLOPs
+    for k in range(1, 5):
+        at_k = lambda t, j, v: torch.full(v['pos'].shape, j == k - 1)
+        point, = room.selection(tr, 'causal: free', [0], at_k, c, 32)
+        assert point['nll'] == pytest.approx(uniform[k - 1]['nll'], abs=1e-6)
+        assert point['flops'] == uniform[k - 1]['flops'] and point['depth'] == k
+        readout, = room.selection(tr, 'causal: readout', [0], at_k, c, 32)  # a readout a depth
+        assert readout['flops'] == room.fr.flops(c, 32, k, readouts=k)
+        router, = room.selection(tr, 'router', [0], at_k, c, 32)  # its MLP at each decision
+        assert router['flops'] == uniform[k - 1]['flops'] + 2 * 17 * 16 * min(k, 3)
+        # frozen, every token stopped after step k is n_loops=k
+        frozen, = room.frozen(model, rows, 'causal: free', [0], at_k)
+        assert frozen['nll'] == pytest.approx(nll[k - 1].mean().item(), abs=1e-5)
+        assert frozen['depth'] == k
+    assert room.minus_hull([dict(flops=uniform[0]['flops'], nll=uniform[0]['nll'])],
+                           uniform)[0] == pytest.approx(0.0)  # m=1.5 from depth 1's point
+    # the oracle: frontier.oracle's choice, and never above the hull at its compute
+    per_depth = torch.tensor([p['flops'] for p in uniform], dtype=torch.float64)
+    for lam, theirs in zip(room.fr.LAMBDAS, room.fr.oracle(nll, per_depth.tolist())):
+        depth = room.priced(nll, per_depth, lam)
+        ours = room.scored(lam, room.picked(nll, depth), depth, c, 32)
+        assert ours['nll'] == pytest.approx(theirs['nll']) and ours['depth'] == theirs['depth']
+        assert ours['nll'] <= room.on(uniform, ours['flops']) + 1e-9
+        assert ours['flops'] == pytest.approx(theirs['flops'])
+
+
+def test_room_hull_mixes_two_depths_at_random_and_keeps_the_best_at_less_compute():
+    points = [dict(flops=f, nll=n) for f, n in [(1.0, 3.0), (2.0, 2.9), (3.0, 2.0), (4.0, 2.2)]]
+    # depth 2 lies above the chord from 1 to 3: half of each beats it; past depth 3, depth 3's
+    assert room.curve(points) == [(1.0, 3.0), (3.0, 2.0)]
+    assert room.on(points, 2.0) == pytest.approx(2.5) and room.on(points, 4.0) == 2.0
+    convex = [dict(flops=f, nll=n) for f, n in [(1.0, 3.0), (2.0, 2.0), (3.0, 1.5)]]
+    assert room.curve(convex) == [(1.0, 3.0), (2.0, 2.0), (3.0, 1.5)]  # each depth on it
+
+
+def synthetic_trace(n=400):
+    """Two depths; a digit gains 1 nat from the second, any other token loses 0.1; the state's first
+    coordinate says which."""
+    g = torch.Generator().manual_seed(0)
+    cls = torch.randint(0, 5, (n,), generator=g)
+    digit = (cls == 0).float()
+    z = torch.randn(2, n, 8, generator=g)
+    z[..., 0] = (2 * digit - 1) * (1 + torch.rand(n, generator=g))
+    return dict(nll=torch.stack([torch.full((n,), 2.0), 2.1 - 1.1 * digit]), z=z,
+                resid=torch.rand(2, n, generator=g) + 0.1, znorm=torch.rand(2, n, generator=g) + 1,
+                maxprob=torch.rand(2, n, generator=g), entropy=torch.rand(2, n, generator=g),
+                pos=torch.randint(0, 31, (n,), generator=g), cls=cls)
+
+
+def test_room_policies_learn_which_tokens_gain_from_depth():
+    tr, c = synthetic_trace(), tiny_model((2,)).config
+    digit = tr['cls'] == 0
+    rules = room.causal(tr, c, 32)
+    for kind in ('causal: free', 'causal: state', 'causal: readout'):  # the class says it
+        sweep, stop = rules[kind]
+        assert torch.equal(stop(0.01, 0, room.view(tr, 0)), ~digit)  # digits go on, others stop
+        assert stop(1e4, 0, room.view(tr, 0)).all()  # compute dearer than any gain: all stop
+    sweep, stop = rules['router']  # the state's first coordinate says it
+    assert torch.equal(stop(0.5, 0, room.view(tr, 0)), ~digit)
+    # the class lookup: chosen on one half, applied to the other: digits get the second depth
+    per_depth = torch.tensor([room.fr.flops(c, 32, k) for k in (1, 2)], dtype=torch.float64)
+    assert torch.equal(room.lookup(tr, per_depth, 0.01), 1 + digit.long())
+    # the oracle of another draw: picking with the true NLLs, scored with themselves, is the oracle
+    assert torch.equal(room.priced(tr['nll'], per_depth, 0.01), 1 + digit.long())
+
+
+def save_tiny_run(path, seed):  # a checkpoint as train.py saves one, of an untrained tiny model
+    model = tiny_model()
+    torch.manual_seed(seed)
+    model.head.weight.data.normal_()  # (seeds differ)
+    path.parent.mkdir(parents=True)
+    torch.save(dict(model=model.state_dict(), model_args=vars(model.config), iter_num=2,
+                    meta=dict(tokenizer='byte'), config=dict(dataset='topics_byte', max_iters=2)),
+               path)
+
+
+def test_room_measures_each_run_once_and_draws_its_page(tmp_path, monkeypatch, capsys):
+    make_data(tmp_path, 'topics_byte')
+    (tmp_path / 'data' / 'topics_byte' / 'train.bin').write_bytes(
+        (tmp_path / 'data' / 'topics_byte' / 'val.bin').read_bytes() * 3)
+    for seed in (1, 2):
+        save_tiny_run(tmp_path / 'runs' / f'arm-s{seed}' / 'ckpt.pt', seed)
+    args = ['--runs=runs', '--models=arm', '--seeds=(1,2,3)', '--results=out', '--n_rows=4',
+            '--train_rows=8']
+    def room_py():
+        with monkeypatch.context() as m:
+            m.chdir(tmp_path)
+            m.setattr(sys, 'argv', ['lab/room/room.py', *args])
+            m.setattr(sys, 'excepthook', sys.excepthook)  # configurator.py sets its own: undo it
+            runpy.run_path(str(REPO / 'lab' / 'room' / 'room.py'), run_name='__main__')
+        return capsys.readouterr().out
+    out = room_py()
+    assert 'measured arm seed 1' in out and 'arm seed 2: waits' in out  # (its partner: seed 3)
+    assert 'arm seed 3: waits' in out
+    run = json.loads((tmp_path / 'out' / 'policies' / 'arm-s1.json').read_text())
+    assert run['partner'] == 2 and run['frozen'] in run['on_training']
+    assert set(run['policies']) == {'oracle', 'seed-pair oracle', 'class lookup', 'causal: free',
+                                    'causal: state', 'causal: readout', 'router', 'frozen'}
+    assert run['rows'] == dict(held_out=[4, 1337], training=[8, 7])
+    page = (tmp_path / 'out' / 'room.md').read_text()
+    assert '## `arm`: NLL minus the uniform hull' in page and 'no verdict (1 seed)' in page
+    (tmp_path / 'out' / 'room.md').write_text(page.replace('\n\n', '\n\n> The answer.\n\n', 1))
+    again = room_py()
+    assert 'measured' not in again  # read from its file
+    assert (tmp_path / 'out' / 'room.md').read_text().startswith(
+        '# Per-token depth: how much room can a policy learn?\n\n> The answer.\n\nWritten by')

@@ -361,7 +361,8 @@ def test_the_memory_estimate_follows_what_autograd_keeps(kw):
 
 
 # ---------------------------------------------------------------- every key's domain, generated from guards.KEYS
-SCRIPTS = ['train.py', 'eval.py', 'sample.py', 'prepare.py', 'bench.py', 'lab/frontier.py']
+SCRIPTS = ['train.py', 'eval.py', 'sample.py', 'prepare.py', 'bench.py', 'lab/frontier.py', 'lab/room/room.py']
+CPU = {'prepare.py', 'lab/room/room.py'}  # (no --device: they run on the CPU only)
 UNSET = '$NANOLOOP_NEVER_SET_VARIABLE'
 
 
@@ -393,7 +394,7 @@ def declared():
         table=guards.domains(table), rules=rules, defaults=dict(defaults)) or check(table, rules, values, defaults))
     out = {}
     for name in SCRIPTS:
-        mp.setattr(sys, 'argv', [name, *(['--device=cpu'] if name != 'prepare.py' else [])])
+        mp.setattr(sys, 'argv', [name, *(['--device=cpu'] if name not in CPU else [])])
         mp.setattr(sys, 'excepthook', sys.excepthook)
         mp.setenv('NANOLOOP_ARGS_ONLY', '1')
         with pytest.raises(SystemExit) as e:
@@ -517,7 +518,7 @@ def test_a_value_outside_its_domain_or_of_the_wrong_type_is_one_error_line(decla
     """... naming the key, and saying what it needs in words, never in the rule's Python."""
     before, failures = listing(cwd), []
     for name, key, domain, arg in cases(declared):
-        kind, line = run_here(name, [arg] + (['--device=cpu'] if name != 'prepare.py' else []), monkeypatch,
+        kind, line = run_here(name, [arg] + (['--device=cpu'] if name not in CPU else []), monkeypatch,
                               capsys)
         if kind != 'error' or f'--{key}' not in line and f"'--{key}" not in line or PYTHON.search(line or ''):
             failures.append(f"{name} {arg!r} ({domain}): {kind} {line}")
@@ -564,7 +565,7 @@ def test_every_rule_across_keys_is_broken_by_values_each_domain_allows(declared,
                     break
             else:
                 raise AssertionError(f"{name}: no values inside the domains break {rule!r}")
-            args = [typed(k, v) for k, v in pick.items()] + (['--device=cpu'] if name != 'prepare.py' else [])
+            args = [typed(k, v) for k, v in pick.items()] + (['--device=cpu'] if name not in CPU else [])
             kind, line = run_here(name, args, monkeypatch, capsys)
             assert kind == 'error' and words in line, (name, args, kind, line)
             assert rule not in line  # (words, never the rule's Python)
@@ -602,7 +603,7 @@ def test_generated_cases_as_processes(declared, tmp_path):
         picked.setdefault((name, domain in PATHS), (name, arg))
     (tmp_path / 'a_file').write_text('x')
     for name, arg in picked.values():
-        r = run(tmp_path, name, arg, *(['--device=cpu'] if name != 'prepare.py' else []))
+        r = run(tmp_path, name, arg, *(['--device=cpu'] if name not in CPU else []))
         assert r.returncode == 1, (arg, r.stderr)
         one_line_error(r, arg.partition('=')[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file']  # nothing written
