@@ -553,8 +553,8 @@ def test_room_measures_each_run_once_and_draws_its_page(tmp_path, monkeypatch, c
     assert 'arm seed 3: waits' in out
     run = json.loads((tmp_path / 'out' / 'policies' / 'arm-s1.json').read_text())
     assert run['partner'] == 2 and run['frozen'] in run['on_training']
-    assert set(run['policies']) == {'oracle', 'seed-pair oracle', 'class lookup', 'causal: free',
-                                    'causal: state', 'causal: readout', 'router', 'frozen'}
+    assert set(run['policies']) == {'oracle', 'seed-pair oracle', 'class lookup', 'causal: free', 'resid exit',
+                                    'causal: state', 'causal: readout', 'router', 'frozen', 'frozen resid exit'}
     assert run['rows'] == dict(held_out=[4, 1337], training=[8, 7])
     page = (tmp_path / 'out' / 'room.md').read_text()
     assert '## `arm`: NLL minus the uniform hull' in page and 'no verdict (1 seed)' in page

@@ -59,8 +59,8 @@ rows = ['| config | max abs weight difference | eval.json | sample.py stdout |',
 for name in CONFIGS:
     (wa, ea, sa), (wb, eb, sb) = before[name], after[name]
     sa = ''.join(line for line in sa.splitlines(True) if not line.startswith('Overriding'))
-    if name == 'cpu_act':  # --show_depth into a pipe: no colours now, each depth under its character
-        sa = re.sub(r'\x1b\[[0-9;]*m', '', sa).split('\n', 1)[1]  # (A's legend: B's says it in words)
+    if name == 'cpu_act':  # --show_depth into a pipe: no colours now, the depths under the text
+        sa = re.sub(r'\x1b\[[0-9;]*m', '', sa).split('\n', 1)[1]  # (the legends differ)
         sb = re.sub(r'(?m)^ *[1-9a-z]+\n', '', sb).split('\n', 1)[1]
     ea, eb = json.loads(ea), json.loads(eb)
     ea['probes'].pop('absolute residual', None)

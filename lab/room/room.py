@@ -17,8 +17,10 @@ threshold (made a lower convex hull: two settings can be mixed at random) agains
   causal: readout   the same, also on maxprob and entropy (a readout at each depth)
   router            Think-at-Hard's: an MLP d -> 16 -> 1 on the state z_j, trained on training rows
                     to say "the next iteration lowers this token's NLL"; continue above a threshold
+  resid exit        the exit the model has (--exit_at=resid:t): stop once the residual is below t
 The causal policy best on the training rows is run again FROZEN (Loop.per_token: a stopped token's
-state is frozen while later tokens attend to it), where its FLOPs are really saved.
+state is frozen while later tokens attend to it), where its FLOPs are really saved, beside the
+resid exit run frozen as the model runs it: does a learned rule beat the exit there is?
 $ python lab/frontier.py --results=lab/room --runs=out-room/runs --jobs=2 '--seeds=(1,2,3,4,5)' \
       --models=multi+w100+lr4.5e-3,single+w100+lr4.5e-3,exit-10-early+w100+lr4.5e-3
 $ python lab/room/room.py --runs=out-room/runs    # -> lab/room/policies/*.json, lab/room/room.md
@@ -51,6 +53,7 @@ batch_size = 16
 MEAN_DEPTHS = (1.5, 2, 3, 6, 9)
 PRICES = (0, *np.geomspace(1e-3, 30, 22).round(4))  # nats per MFLOP: oracles, causal policies
 THRESHOLDS = (0, .02, .05, .1, .2, .3, .4, .5, .6, .7, .8, .9, .95, .98, 1)  # the router's
+RESID = (0.2, 0.1, 0.07, 0.05, 0.03, 0.02, 0.01, 0.005)  # the resid exit's thresholds
 HIDDEN = 16  # the router's width
 BUCKETS = (0, 1, 4, 16, 64)  # the class lookup's position buckets, by their first position
 
@@ -258,6 +261,18 @@ def frozen(model, rows, kind, sweep, stop):
         points.append(scored(t, torch.cat(nll), torch.cat(depth), c, T, kind))
     return points
 
+@torch.no_grad()
+def frozen_exit(model, rows):  # -> the resid exit's points, as the model runs it (frozen)
+    c, T, points = model.config, rows.size(1), []
+    for t in RESID:
+        nll, depth = [], []
+        for x in rows.split(batch_size):
+            logits, _, info = model(x, exit=('resid', t))
+            nll.append(nll_of(logits.float(), x).flatten())
+            depth.append(info['depth'][:, :-1].flatten())
+        points.append(scored(t, torch.cat(nll), torch.cat(depth), c, T))
+    return points
+
 # ----------------------------------------------------------------------------- a run
 def checkpoint(arm, seed, finished=False):  # -> its path; finished: whether trained to the end
     path = os.path.join(runs, f'{arm}-s{seed}', 'ckpt.pt')
@@ -289,8 +304,11 @@ def measure(arm, seed, partner):
         policies[kind] = selection(ho, kind, *rule, c, T)
         diffs = minus_hull(selection(tr, kind, *rule, c, T), uniform(tr['nll']))
         on_training[kind] = np.mean([d for d in diffs if d == d] or [1.0])  # (none reached)
+    policies['resid exit'] = [scored(t, picked(ho['nll'], d), d, c, T)
+                              for t in RESID for d in [fr.select(ho['nll'], ho['resid'] < t)[1]]]
     best = min(on_training, key=on_training.get)
     policies['frozen'] = frozen(model, held, best, *rules[best])
+    policies['frozen resid exit'] = frozen_exit(model, held)
     return dict(model=arm, seed=seed, partner=partner, ran_on=ran_on(), tokens=ho['nll'].size(1),
                 rows=dict(held_out=(n_rows, 1337), training=(train_rows, train_seed)),
                 uniform=uniform(ho['nll']), policies=policies, frozen=best,
@@ -298,6 +316,7 @@ def measure(arm, seed, partner):
 
 # ----------------------------------------------------------------------------- the page
 FROZEN = 'frozen: the causal policy best on the training rows'
+AGAINST = 'frozen: that policy minus the frozen resid exit'
 POLICIES = ''.join(line + '\n' for line in __doc__.split('\n') if line.startswith('  '))
 
 def note(path):  # the page's answer, written by hand: the '> ' block under its title, kept
@@ -333,6 +352,9 @@ def page(done, path):
         per = [per[s] for s in sorted(per)]
         rows = [[FROZEN if p == 'frozen' else p, *map(cell, zip(*[
             minus_hull(r['policies'][p], r['uniform']) for r in per]))] for p in per[0]['policies']]
+        hull = lambda r, p: minus_hull(r['policies'][p], r['uniform'])
+        against = lambda r: np.subtract(hull(r, 'frozen'), hull(r, 'frozen resid exit'))
+        rows.append([AGAINST, *map(cell, zip(*map(against, per)))])  # (same FLOPs, same seed)
         out += [f"## `{arm}`: NLL minus the uniform hull at mean depth m\n",
                 fr.table(['policy', *header], rows),
                 "Frozen: " + ', '.join(f"seed {r['seed']}: {r['frozen']}" for r in per) + ". The "
