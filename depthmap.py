@@ -21,8 +21,8 @@ def legend(max_depth):  # the terminal map's key: the shallowest, a middle and t
 
 MARKS = '123456789abcdefghijklmnopqrstuvwxyz'  # a depth as one character: 1-9, then a=10 ... z=35
 
-def mark(text, depth, max_depth):  # the map in a file or a pipe (no colours): under each character
-    return MARKS[min(depth, len(MARKS)) - 1] * len(text)  # its depth, on the line below
+def mark(text, depth, max_depth):  # the map in a file or a pipe (no colours): each character's
+    return ''.join(c if c == '\n' else MARKS[min(depth, len(MARKS)) - 1] for c in text)  # depth
 
 def pieces(ids, decode):
     """-> [(text, i, j)]: runs ids[i:j], each grown until it decodes whole ('£' is 2 bytes)."""

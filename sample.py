@@ -65,11 +65,14 @@ for name, (model, max_depth, exit, ctx, precision, ids, decode) in zip(names, mo
             if exit or model.config.act:  # each token its own depth: what it spent, of the most
                 speed += f", mean depth {depth.float().mean():.2f} of {max_depth}"
             print(f"[{speed}]", file=sys.stderr)
-            prompt = decode(x[0].tolist())
+            prompt, text = decode(x[0].tolist()), decode(new)
             if show_depth and colour:
                 print(prompt + painted(new, depth[0], decode, max_depth))
+            elif show_depth:  # a file or a pipe: under each line, its characters' depths
+                marks = ''.join(c if c == '\n' else ' ' for c in prompt)  # (the prompt: blank)
+                marks += painted(new, depth[0], decode, max_depth, mark)
+                lines = zip((prompt + text).split('\n'), marks.split('\n'))
+                print('\n'.join(f"{line}\n{under}" for line, under in lines))
             else:
-                print(prompt + decode(new))
-            if show_depth and not colour:  # (the prompt's characters: blank)
-                print(' ' * len(prompt) + painted(new, depth[0], decode, max_depth, mark))
+                print(prompt + text)
             print('---------------')
