@@ -341,7 +341,7 @@ def test_bench_prints_one_table(job):
     assert '$ python ' in out and 'bench.py --n_embd=32' in out  # the command, and the shapes, in the header
     assert 'batch 2 x 16, d=32' in out and 'generation, random weights: [1][x2][x2][1] d=32, 4-token prompt' in out
     rows = bench_rows(out)
-    assert re.fullmatch(r"\d\.\d{3}x plain's time", rows['train: tied loop [1][A x3][1]'][-1])
+    assert re.fullmatch(r"\d+\.\d{3}x plain's time", rows['train: tied loop [1][A x3][1]'][-1])
     assert rows['train: plain stack, 5 distinct blocks'][3] == rows['train: tied loop [1][A x3][1]'][3]  # same FLOPs
     for width in (32, 16):  # float32 vs bf16 autocast at n_embd and at each of dtype_widths: the same FLOPs
         fp32, bf16 = (rows[f'train d={width} [1][A x3][1]: {dtype}'] for dtype in ('float32', 'bf16 autocast'))
